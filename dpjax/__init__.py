@@ -1,3 +1,37 @@
-"""dpjax: JAX-accelerated differentially private convex optimizers."""
+"""dpjax: JAX-accelerated differentially private convex optimizers.
+
+Modules (imports only point down):
+
+* :mod:`dpjax.accounting`: the zCDP accountant pytree and (eps, delta) conversions;
+* :mod:`dpjax.spectral`: the eigenvalue modification Psi_lambda (clip / add);
+* :mod:`dpjax.glm`, :mod:`dpjax.per_example`: fused GLM curvature; generic
+  per-example gradients and Hessians with clipping;
+* :mod:`dpjax.data`, :mod:`dpjax.solve`: datasets and the privacy contract;
+  the exact non-private optimum and excess loss.
+"""
+
+from dpjax import accounting
+from dpjax import data
+from dpjax import glm
+from dpjax import per_example
+from dpjax import solve
+from dpjax import spectral
+from dpjax.accounting import AccountantState, epsilon_to_zcdp, zcdp_to_epsilon
+from dpjax.data import Dataset, load_libsvm, synthetic
 
 __version__ = "0.1.0.dev0"
+
+__all__ = [
+    "AccountantState",
+    "Dataset",
+    "accounting",
+    "data",
+    "epsilon_to_zcdp",
+    "glm",
+    "load_libsvm",
+    "per_example",
+    "solve",
+    "spectral",
+    "synthetic",
+    "zcdp_to_epsilon",
+]
