@@ -80,6 +80,8 @@ def check_finite(x: Any, name: str) -> None:
   if not is_concrete(x):
     return
   arr = _to_host(x)
+  if arr.ndim == 0 and not np.isfinite(arr):
+    raise ValueError(f"{name} must be finite, got {arr.item()}.")
   if not np.all(np.isfinite(arr)):
     bad = np.argwhere(~np.isfinite(arr))[0]
     raise ValueError(

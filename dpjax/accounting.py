@@ -108,13 +108,6 @@ def init_accountant(dtype: Any = None) -> AccountantState:
   return AccountantState(rho=zero, rho_lo=zero, rho_lo2=zero)
 
 
-def _check_finite(arr: np.ndarray, name: str) -> None:
-  """Raises ``ValueError`` for NaN/inf in a concrete host array, naming ``name``."""
-  if arr.ndim == 0 and not np.isfinite(arr):
-    raise ValueError(f"{name} must be finite, got {float(arr)}.")
-  _validate.check_finite(arr, name)
-
-
 def _split3(x: Any, dtype: Any) -> tuple[Any, Any, Any]:
   """Splits a float array into three ``dtype`` words with ``w0 + w1 + w2 == x``.
 
@@ -144,7 +137,7 @@ def _split_charge(rho: Any, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[An
       )
     if _validate.is_concrete(rho):
       host = np.asarray(jax.device_get(rho))
-      _check_finite(host, "rho")
+      _validate.check_finite(host, "rho")
       if np.any(host < 0):
         raise ValueError("rho must be >= 0: a privacy charge cannot be negative.")
     if np.dtype(rho.dtype).itemsize > dtype.itemsize:
@@ -162,7 +155,7 @@ def _split_charge(rho: Any, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[An
     raise ValueError(
         f"rho must be a scalar or have the accountant's shape {shape}, got shape {arr.shape}."
     )
-  _check_finite(arr, "rho")
+  _validate.check_finite(arr, "rho")
   if np.any(arr < 0):
     raise ValueError(f"rho must be >= 0: a privacy charge cannot be negative, got {rho!r}.")
   w0, w1, w2 = _split3(arr, dtype)
@@ -324,7 +317,7 @@ def _check_positive(x: Any, name: str) -> None:
       raise TypeError(f"{name} must be a real number or array, got dtype {arr.dtype}.")
   else:
     raise TypeError(f"{name} must be a positive number or array, got {type(x).__name__}.")
-  _check_finite(arr, name)
+  _validate.check_finite(arr, name)
   if np.any(arr <= 0):
     raise ValueError(f"{name} must be > 0, got {x!r}.")
 

@@ -143,8 +143,22 @@ def _validate_wxy(w, x, y) -> tuple[int, int]:
   return n, d
 
 
-def _block_rows(n: int, d: int, chunk_size: int | None) -> int:
+def _is_multi_device(x) -> bool:
+  sharding = getattr(x, "sharding", None)  # None for numpy arrays and tracers.
+  return sharding is not None and len(sharding.device_set) > 1
+
+
+def _block_rows(n: int, d: int, chunk_size: int | None, x=None) -> int:
+  """Rows per block: cache-sized on one CPU device, else a single block.
+
+  Cache blocking is an XLA:CPU optimisation. On accelerators one large matmul
+  is faster, and for inputs sharded over several devices a single block keeps
+  the contraction over the sharded row axis (partial sums + all-reduce)
+  instead of slicing, which would gather x onto every device.
+  """
   if chunk_size is None:
+    if jax.default_backend() != "cpu" or _is_multi_device(x):
+      return n
     rows = max(_MIN_BLOCK_ROWS, _BLOCK_ELEMENTS // max(d, 1))
   else:
     rows = _validate.positive_int(chunk_size, "chunk_size")
@@ -280,8 +294,13 @@ def logistic_grad_and_curvature(
     x: design matrix, shape (n, d), floating.
     y: labels in {-1, +1}, shape (n,), floating.
     curvature: ``"hessian"`` or ``"qu"``.
-    chunk_size: rows per block; default chooses ~2^18 elements per block.
-      The result does not depend on it beyond float rounding.
+    chunk_size: rows per block; default chooses ~2^18 elements per block on
+      a single CPU device and one block (all n rows) on accelerators or for
+      concrete inputs sharded over several devices. Inside an outer ``jit``
+      the sharding of a traced ``x`` is not visible, so on a multi-device CPU
+      mesh pass ``chunk_size=n`` to keep the contraction local to each shard
+      (blocks would be gathered). The result does not depend on it beyond
+      float rounding.
 
   Returns:
     A :class:`LossGradCurvature` ``(loss, grad, matrix)`` in the promoted
@@ -304,4 +323,4 @@ def logistic_grad_and_curvature(
   """
   _validate.choice(curvature, "curvature", CURVATURES)
   n, d = _validate_wxy(w, x, y)
-  return _fused(w, x, y, curvature=curvature, rows=_block_rows(n, d, chunk_size))
+  return _fused(w, x, y, curvature=curvature, rows=_block_rows(n, d, chunk_size, x))

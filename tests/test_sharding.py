@@ -33,6 +33,11 @@ _SCRIPT = textwrap.dedent(
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-7)
     ref = f(w, ds.x, ds.y, curvature="hessian")
     out = f(w, xs, ys, curvature="hessian")
+    # One block keeps the row contraction local: partial sums + all-reduce, no gather.
+    n = ds.x.shape[0]
+    hlo = jax.jit(lambda w, x, y: glm.logistic_grad_and_curvature(w, x, y, chunk_size=n)).lower(
+        w, xs, ys).compile().as_text()
+    assert "all-reduce" in hlo and "all-gather" not in hlo
     lg = jax.jit(glm.logistic_loss_and_grad)(w, xs, ys)
     np.testing.assert_allclose(lg[1], glm.logistic_loss_and_grad(w, ds.x, ds.y)[1], rtol=2e-5, atol=1e-7)
     loss = lambda p, ex: jnp.logaddexp(0.0, -ex[1] * (ex[0] @ p))
