@@ -16,22 +16,33 @@ from dpjax import glm
 from dpjax import per_example
 from dpjax import solve
 from dpjax import spectral
+from dpjax import training
+from dpjax import transforms
 from dpjax.accounting import AccountantState, epsilon_to_zcdp, zcdp_to_epsilon
 from dpjax.data import Dataset, load_libsvm, synthetic
+from dpjax.training import FitResult, fit
+from dpjax.transforms import DPGDState, DPNewtonState, dp_gd, dp_newton
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AccountantState",
+    "DPGDState",
+    "DPNewtonState",
     "Dataset",
+    "FitResult",
     "accounting",
     "data",
+    "dp_gd",
+    "dp_newton",
     "epsilon_to_zcdp",
+    "fit",
     "glm",
     "load_libsvm",
     "per_example",
     "solve",
     "spectral",
     "synthetic",
+    "transforms",
     "zcdp_to_epsilon",
 ]

@@ -2,26 +2,42 @@
 
 Subcommands:
 
-* ``demo``: runs on the built-in synthetic data with no arguments and prints
-  a summary of the foundation layer: the data contract, the exact
-  non-private optimum, the fused curvature pass and the privacy budget under
-  each accounting method.
+* ``fit``: one private training run (:func:`dpjax.fit`) on a LIBSVM file
+  (paper preprocessing, ``dpjax.data.load_libsvm``) or on the built-in
+  ``synthetic`` data; prints a one-line summary and can write a JSON record.
+* ``demo``: no arguments needed. Compares DP-GD with the four double-noise
+  Newton variants at eps in {0.1, 1, 10} on the built-in synthetic data and
+  prints a table of excess loss (mean +- s.e.) and run time.
 
-Bad arguments print a one-line error and exit with status 2.
+Bad arguments print a one-line error and exit with status 2 (never a
+traceback); this includes errors found by ``fit``'s own validation and
+unreadable files.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from typing import Sequence
 
-import numpy as np
-
 __all__ = ["main"]
 
 _DEMO_EPSILONS = (0.1, 1.0, 10.0)
+# Fixed in advance, never tuned on the data: choosing T by looking at the
+# private runs' results would itself leak privacy. The reference code's best
+# T on this data at eps = 1 (reference-measurements.md, section 4.1).
+_DEMO_STEPS = {"dp-gd": 200, "hess-clip": 8, "hess-add": 8, "qu-clip": 8, "qu-add": 8}
+_DEMO_REPEATS = 5
+
+# Exactly these fields go to `fit --json` (issue 3).
+_JSON_FIELDS = (
+    "algorithm", "epsilon", "delta", "rho", "accounting", "n", "d", "steps", "repeats",
+    "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
+    "seconds_run", "guard_resets",
+)
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -31,6 +47,10 @@ class _ArgumentParser(argparse.ArgumentParser):
     self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+class _UsageError(Exception):
+  """A bad combination of arguments found after parsing."""
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
   widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
   fmt = lambda row: "| " + " | ".join(str(c).rjust(w) for c, w in zip(row, widths)) + " |"
@@ -38,103 +58,167 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
   return "\n".join([fmt(header), rule] + [fmt(r) for r in rows])
 
 
-def _demo(args: argparse.Namespace) -> int:
-  import jax
-  import jax.numpy as jnp
+def _load(args: argparse.Namespace):
+  from dpjax import data
 
-  from dpjax import accounting, data, glm, solve, spectral
-
-  steps = [
-      "generate synthetic data",
-      "exact optimum",
-      "fused curvature",
-      "privacy budgets",
-  ]
-
-  def progress(i: int) -> None:
-    bar = "#" * i + "." * (len(steps) - i)
-    label = steps[i] if i < len(steps) else "done"
-    print(f"\r[{bar}] {label:<24}", end="" if i < len(steps) else "\n", flush=True, file=sys.stderr)
-
-  progress(0)
-  ds = data.synthetic(args.seed, n=args.n, d=args.d)
-  data.validate_dataset(ds)
-  n, d = ds.x.shape
-  norms = np.linalg.norm(ds.x.astype(np.float64), axis=1)
-  positives = int(np.sum(ds.y == 1))
-
-  progress(1)
-  t0 = time.perf_counter()
-  w_star, loss_star = solve.logistic_optimum(ds.x, ds.y)
-  t_opt = time.perf_counter() - t0
-
-  progress(2)
-  fused = jax.jit(glm.logistic_grad_and_curvature, static_argnames="curvature")
-  x, y = jnp.asarray(ds.x), jnp.asarray(ds.y)
-  w0 = jnp.zeros(d, x.dtype)
-  t0 = time.perf_counter()
-  jax.block_until_ready(fused(w0, x, y, curvature="hessian"))
-  t_compile = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  loss0, grad0, hess0 = jax.block_until_ready(fused(w0, x, y, curvature="hessian"))
-  t_run = time.perf_counter() - t0
-  evals = np.linalg.eigvalsh(np.asarray(hess0, np.float64))
-  newton = spectral.modified_solve(hess0, grad0, 1.0 / n, "clip")
-  loss1 = float(glm.logistic_loss(w0 - newton, x, y))
-
-  progress(3)
-  delta = 1.0 / n**2
-  rows = []
-  for eps in _DEMO_EPSILONS:
-    rhos = [accounting.epsilon_to_zcdp(eps, delta, m) for m in accounting.METHODS]
-    rows.append([f"{eps:g}"] + [f"{r:.4e}" for r in rhos])
-  sigma_rows = []
-  for eps in _DEMO_EPSILONS:
-    rho = accounting.epsilon_to_zcdp(eps, delta, "gaussian")
-    sigma_rows.append(
-        [f"{eps:g}"]
-        + [f"{accounting.gaussian_sigma(1.0 / n, rho / t):.3e}" for t in (10, 100, 1000)]
-    )
-  progress(len(steps))
-
-  print(f"dpjax demo: the foundation layer on synthetic(seed={args.seed}, n={n}, d={d})")
-  print("(the private optimizers arrive in the next release; this run shows their building blocks)\n")
-  print(
-      f"data      : n={n}, d={d}, labels +1/-1 = {positives}/{n - positives}, "
-      f"row norms in [{norms.min():.6f}, {norms.max():.6f}] (contract: <= 1)"
+  if args.data == "synthetic":
+    for flag, value in (("--n-features", args.n_features), ("--positive-label", args.positive_label)):
+      if value is not None:
+        raise _UsageError(f"{flag} applies to LIBSVM files only, not to --data synthetic")
+    return data.synthetic(args.data_seed), f"synthetic(seed={args.data_seed})"
+  if not os.path.isfile(args.data):
+    raise _UsageError(f"--data {args.data!r}: no such file (pass a LIBSVM file or 'synthetic')")
+  ds = data.load_libsvm(
+      args.data, n_features=args.n_features, positive_label=args.positive_label
   )
-  print(
-      f"optimum   : loss* = {loss_star:.8f}, ||w*|| = {np.linalg.norm(w_star):.4f} "
-      f"(float64 Newton, {t_opt:.2f} s); loss(0) = {float(loss0):.6f}"
+  return ds, os.path.basename(args.data)
+
+
+def _fit(args: argparse.Namespace) -> int:
+  from dpjax import training as fit_lib
+
+  if args.json is not None:  # Fail before the run, not after it.
+    folder = os.path.dirname(os.path.abspath(args.json))
+    if not os.path.isdir(folder):
+      raise _UsageError(f"--json {args.json!r}: folder {folder!r} does not exist")
+  ds, name = _load(args)
+  res = fit_lib.fit(
+      ds, args.algorithm, epsilon=args.epsilon, rho=args.rho, delta=args.delta,
+      steps=args.steps, repeats=args.repeats, seed=args.seed, accounting=args.accounting,
+      init=args.init,
   )
+  resets = int(res.guard_resets.sum())
   print(
-      f"curvature : fused loss+grad+Hessian at w=0 in {1e3 * t_run:.2f} ms "
-      f"(compile {t_compile:.2f} s); Hessian spectrum [{evals.min():.2e}, {evals.max():.2e}]"
+      f"{res.algorithm} on {name} (n={res.n}, d={res.d}): eps={res.epsilon:.4g} "
+      f"delta={res.delta:.3g} rho={res.rho:.6g} ({res.accounting}), T={res.steps}, "
+      f"{res.repeats} repeats: excess loss {res.excess_loss_mean:.4g} +- "
+      f"{res.excess_loss_se:.2g} (loss* {res.loss_star:.6f}); compile {res.seconds_compile:.2f} s, "
+      f"run {res.seconds_run:.3f} s; guard resets {resets}"
   )
-  print(
-      f"newton    : one non-private clipped Newton step from 0 (lam=1/n) gives loss "
-      f"{loss1:.6f}, excess {loss1 - loss_star:.2e}\n"
-  )
-  print(f"zCDP rho for (eps, delta = n^-2 = {delta:.0e}) under each conversion:")
-  print(_table(["eps"] + list(accounting.METHODS), rows))
-  print(
-      "\nper-step Gaussian noise std on the mean gradient (sensitivity 1/n), "
-      "budget split evenly over T steps, 'gaussian' accounting:"
-  )
-  print(_table(["eps", "T=10", "T=100", "T=1000"], sigma_rows))
+  if args.json is not None:
+    record = {}
+    for field in _JSON_FIELDS:
+      value = getattr(res, field)
+      record[field] = value.tolist() if hasattr(value, "tolist") else value
+    with open(args.json, "w") as f:
+      json.dump(record, f, indent=2)
+      f.write("\n")
   return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+  from dpjax import data, training as fit_lib
+
+  ds = data.synthetic(args.seed, n=args.n, d=args.d)
+  n, d = ds.x.shape
+  epsilons = args.epsilons
+  jobs = [(alg, eps) for alg in fit_lib.ALGORITHMS for eps in epsilons]
+
+  def progress(i: int, label: str) -> None:
+    width = 30
+    done = width * i // len(jobs)
+    end = "\n" if i == len(jobs) else ""
+    print(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{len(jobs)} {label:<22}", end=end,
+          flush=True, file=sys.stderr)
+
+  t_start = time.perf_counter()
+  progress(0, "exact optimum")
+  fit_lib.optimum_loss(ds.x, ds.y)
+  results = {}
+  compile_s = 0.0
+  for i, (alg, eps) in enumerate(jobs):
+    progress(i, f"{alg} eps={eps:g}")
+    res = fit_lib.fit(ds, alg, epsilon=eps, steps=_DEMO_STEPS[alg], repeats=args.repeats, seed=args.seed)
+    results[alg, eps] = res
+    compile_s += res.seconds_compile
+  progress(len(jobs), "done")
+  total = time.perf_counter() - t_start
+
+  some = next(iter(results.values()))
+  print(
+      f"dpjax demo: DP-GD vs double-noise Newton on synthetic(seed={args.seed}, n={n}, d={d}); "
+      f"{args.repeats} repeats from w0 = 0, delta = n^-2 = {some.delta:.0e}, "
+      f"'{some.accounting}' accounting (exact for these Gaussian mechanisms)"
+  )
+  print(
+      "T is fixed in advance (DP-GD 200 steps, Newton 8 steps, adaptive private lambda): "
+      "tuning T on the results of private runs would itself leak privacy. These T suit "
+      "eps ~ 1; at eps = 0.1 fewer steps would do better (the per-step noise grows with sqrt(T)).\n"
+  )
+  header = ["algorithm", "T"] + [
+      f"eps={e:g} (rho={results[fit_lib.ALGORITHMS[0], e].rho:.3g})" for e in epsilons
+  ]
+  rows = []
+  for alg in fit_lib.ALGORITHMS:
+    cells = []
+    for eps in epsilons:
+      r = results[alg, eps]
+      cells.append(f"{r.excess_loss_mean:.4f} ± {r.excess_loss_se:.4f}, {r.seconds_run:.2f} s")
+    rows.append([alg, str(_DEMO_STEPS[alg])] + cells)
+  print("excess loss over the non-private optimum (mean ± s.e.), run time of all repeats:")
+  print(_table(header, rows))
+  print(
+      f"\nloss* = {some.loss_star:.6f} (float64 Newton). Run times exclude compilation "
+      f"({compile_s:.1f} s in all); total {total:.1f} s."
+  )
+  return 0
+
+
+def _positive_int(text: str) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+  return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
+  from dpjax import accounting
+  from dpjax.training import ALGORITHMS, INITS
+
   parser = _ArgumentParser(
       prog="dpjax", description="Differentially private convex optimisation in JAX."
   )
   sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
   sub.required = True
-  demo = sub.add_parser("demo", help="run the built-in synthetic demo")
-  demo.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
-  demo.add_argument("--n", type=int, default=10_000, help="number of examples (default 10000)")
-  demo.add_argument("--d", type=int, default=100, help="number of features (default 100)")
+
+  fit = sub.add_parser(
+      "fit", help="one private run (repeated) on a LIBSVM file or the synthetic data",
+      description="Runs dpjax.fit and prints a one-line summary.",
+  )
+  fit.add_argument("--data", required=True, metavar="PATH|synthetic",
+                   help="LIBSVM file (plain, .gz or .bz2; paper preprocessing) or 'synthetic' "
+                        "(dpjax.data.synthetic: n=10000, d=100)")
+  fit.add_argument("--algorithm", required=True, choices=ALGORITHMS)
+  budget = fit.add_mutually_exclusive_group(required=True)
+  budget.add_argument("--epsilon", type=float, help="target epsilon (converted with --accounting)")
+  budget.add_argument("--rho", type=float, help="total zCDP budget rho")
+  fit.add_argument("--delta", type=float, default=None, help="delta (default n^-2)")
+  fit.add_argument("--steps", type=int, required=True, help="number of steps T")
+  fit.add_argument("--repeats", type=int, default=1, help="independent repeats (default 1)")
+  fit.add_argument("--seed", type=int, default=0, help="seed of the noise and init (default 0)")
+  fit.add_argument("--accounting", choices=accounting.METHODS, default="gaussian",
+                   help="epsilon <-> rho conversion (default gaussian, exact here)")
+  fit.add_argument("--init", choices=INITS, default="zeros", help="initial point (default zeros)")
+  fit.add_argument("--n-features", type=int, default=None,
+                   help="LIBSVM: number of features (default: largest index in the file)")
+  fit.add_argument("--positive-label", type=float, default=None,
+                   help="LIBSVM: this label becomes +1, all others -1 (default: labels are +-1)")
+  fit.add_argument("--data-seed", type=int, default=0,
+                   help="seed of the synthetic data (default 0)")
+  fit.add_argument("--json", metavar="FILE", default=None, help="write the result fields as JSON")
+  fit.set_defaults(func=_fit)
+
+  demo = sub.add_parser("demo", help="compare DP-GD and the Newton variants on synthetic data")
+  demo.add_argument("--seed", type=int, default=0, help="data and noise seed (default 0)")
+  demo.add_argument("--n", type=_positive_int, default=10_000, help="number of examples (default 10000)")
+  demo.add_argument("--d", type=_positive_int, default=100, help="number of features (default 100)")
+  demo.add_argument("--repeats", type=_positive_int, default=_DEMO_REPEATS,
+                    help=f"repeats per cell (default {_DEMO_REPEATS})")
+  demo.add_argument("--epsilons", type=float, nargs="+", default=list(_DEMO_EPSILONS),
+                    help=argparse.SUPPRESS)  # for quick tests
   demo.set_defaults(func=_demo)
   return parser
 
@@ -143,11 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   """Entry point of the ``dpjax`` command line; returns the exit status."""
   parser = _build_parser()
   args = parser.parse_args(argv)
-  for name in ("n", "d"):
-    if getattr(args, name, 1) < 1:
-      parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
   try:
     return args.func(args)
-  except (ValueError, TypeError) as err:
-    print(f"dpjax: error: {err}", file=sys.stderr)
+  except (_UsageError, ValueError, TypeError, OSError) as err:
+    message = " ".join(str(err).split())
+    print(f"dpjax {args.command}: error: {message}", file=sys.stderr)
     return 2

@@ -174,7 +174,12 @@ def modified_solve(
   x_chol = jsl.cho_solve((safe_chol, True), g[..., None])[..., 0]
 
   def fallback() -> jax.Array:
-    return _eigen_solve(*_add_spectrum(h, lam), g)
+    # Under vmap the cond below becomes a select and both branches run. Feeding
+    # the eigendecomposition a matrix that depends on the Cholesky result orders
+    # the two LAPACK calls: run side by side, XLA:CPU's batched potrf and syevd
+    # kernels were seen to deadlock waiting for each other's thread pool.
+    h_fallback = jnp.where(ok[..., None, None], eye, h)
+    return _eigen_solve(*_add_spectrum(h_fallback, lam), g)
 
   if batch:
     # Under a batch every element must be computed anyway; select per element.

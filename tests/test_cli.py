@@ -2,49 +2,155 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from dpjax import accounting, cli
+from dpjax import accounting, cli, data, training as fit_lib
+
+_JSON_FIELDS = {
+    "algorithm", "epsilon", "delta", "rho", "accounting", "n", "d", "steps", "repeats",
+    "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
+    "seconds_run", "guard_resets",
+}
 
 
-def test_demo_runs_with_no_arguments():
+def _libsvm_file(tmp_path, n=60, labels=(0, 1)):
+  """A small LIBSVM file with 0/1 labels and 3 features."""
+  rng = np.random.default_rng(0)
+  lines = []
+  for i in range(n):
+    f = rng.normal(size=3)
+    label = labels[int(f.sum() + rng.normal() > 0)]
+    lines.append(f"{label} " + " ".join(f"{j + 1}:{v:.4f}" for j, v in enumerate(f)))
+  path = tmp_path / "toy.svm"
+  path.write_text("\n".join(lines) + "\n")
+  return path
+
+
+def test_fit_synthetic_writes_json(tmp_path, capsys):
+  out = tmp_path / "res.json"
+  argv = ["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "5",
+          "--repeats", "2", "--seed", "3", "--accounting", "cks", "--json", str(out)]
+  assert cli.main(argv) == 0
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("dp-gd on synthetic(seed=0) (n=10000, d=100)")
+  record = json.loads(out.read_text())
+  assert set(record) == _JSON_FIELDS
+  assert record["algorithm"] == "dp-gd" and record["accounting"] == "cks"
+  assert (record["n"], record["d"], record["steps"], record["repeats"]) == (10000, 100, 5, 2)
+  assert record["delta"] == 1e-8 and record["epsilon"] == 1.0
+  assert record["rho"] == accounting.epsilon_to_zcdp(1.0, 1e-8, "cks")
+  assert len(record["excess_losses"]) == 2 and record["guard_resets"] == [0, 0]
+  assert record["excess_loss_mean"] == pytest.approx(np.mean(record["excess_losses"]))
+  # The same call through the library gives the same numbers.
+  res = fit_lib.fit(data.synthetic(0), "dp-gd", epsilon=1.0, steps=5, repeats=2, seed=3,
+                    accounting="cks")
+  assert record["excess_losses"] == res.excess_losses.tolist()
+  assert record["loss_star"] == res.loss_star
+
+
+def test_fit_libsvm_file_as_module(tmp_path):
+  path = _libsvm_file(tmp_path)
+  out = tmp_path / "r.json"
   proc = subprocess.run(
-      [sys.executable, "-m", "dpjax", "demo"], capture_output=True, text=True, timeout=300
+      [sys.executable, "-m", "dpjax", "fit", "--data", str(path), "--algorithm", "qu-add",
+       "--rho", "0.5", "--delta", "1e-4", "--steps", "3", "--init", "random-unit",
+       "--n-features", "4", "--positive-label", "1", "--json", str(out)],
+      capture_output=True, text=True, timeout=120,
   )
   assert proc.returncode == 0, proc.stderr
-  out = proc.stdout
-  assert "n=10000, d=100" in out
-  assert "| eps |" in out and "gaussian" in out
-  # The printed budget is the accountant's value, not a constant.
-  assert f"{accounting.epsilon_to_zcdp(1.0, 1e-8, 'gaussian'):.4e}" in out
-  assert "done" in proc.stderr  # progress indicator
+  assert len(proc.stdout.strip().splitlines()) == 1 and "qu-add on toy.svm (n=60, d=5)" in proc.stdout
+  record = json.loads(out.read_text())
+  assert record["rho"] == 0.5 and record["delta"] == 1e-4 and record["d"] == 5
+  assert record["epsilon"] == accounting.zcdp_to_epsilon(0.5, 1e-4, "gaussian")
 
 
-def test_demo_small_in_process(capsys):
-  assert cli.main(["demo", "--n", "300", "--d", "5", "--seed", "2"]) == 0
-  out = capsys.readouterr().out
-  assert "synthetic(seed=2, n=300, d=5)" in out
-  assert f"{accounting.epsilon_to_zcdp(10.0, 1 / 300**2, 'cks'):.4e}" in out
+def test_demo_small(capsys):
+  argv = ["demo", "--n", "300", "--d", "4", "--repeats", "2", "--seed", "1", "--epsilons", "1"]
+  assert cli.main(argv) == 0
+  captured = capsys.readouterr()
+  out = captured.out
+  assert "synthetic(seed=1, n=300, d=4)" in out
+  assert "tuning T on the results of private runs would itself leak privacy" in out
+  rho = accounting.epsilon_to_zcdp(1.0, 1 / 300**2, "gaussian")
+  assert f"eps=1 (rho={rho:.3g})" in out
+  rows = [line for line in out.splitlines() if line.startswith("| ") and "±" in line]
+  assert [r.split("|")[1].strip() for r in rows] == list(fit_lib.ALGORITHMS)
+  assert "5/5 done" in captured.err  # progress bar
+
+
+def _run(argv, capsys):
+  try:
+    code = cli.main(argv)
+  except SystemExit as exc:
+    code = exc.code
+  return code, capsys.readouterr().err
+
+
+_FIT = ["fit", "--data", "synthetic", "--algorithm", "hess-clip", "--steps", "2"]
 
 
 @pytest.mark.parametrize(
     "argv,match",
     [
-        (["demo", "--n", "0"], "--n must be >= 1"),
-        (["demo", "--d", "-3"], "--d must be >= 1"),
+        (["demo", "--n", "0"], "--n: must be >= 1"),
+        (["demo", "--d", "-3"], "--d: must be >= 1"),
         (["demo", "--n", "many"], "invalid int value"),
         (["frobnicate"], "invalid choice"),
         ([], "required"),
+        (_FIT, "one of the arguments --epsilon --rho is required"),
+        (_FIT + ["--epsilon", "1", "--rho", "1"], "not allowed with argument"),
+        (_FIT + ["--epsilon", "0"], "epsilon must be > 0"),
+        (_FIT + ["--epsilon", "-1"], "epsilon must be > 0"),
+        (_FIT + ["--rho", "0"], "rho must be > 0"),
+        (_FIT + ["--epsilon", "1", "--delta", "1"], "delta must be in the open interval"),
+        (_FIT + ["--epsilon", "1", "--delta", "0"], "delta must be in the open interval"),
+        (_FIT + ["--epsilon", "1", "--steps", "0"], "steps must be >= 1"),
+        (_FIT + ["--epsilon", "1", "--repeats", "0"], "repeats must be >= 1"),
+        (_FIT + ["--epsilon", "nan"], "epsilon must be finite"),
+        (["fit", "--data", "synthetic", "--algorithm", "newton", "--epsilon", "1", "--steps", "2"],
+         "invalid choice: 'newton'"),
+        (_FIT + ["--epsilon", "1", "--accounting", "rdp"], "invalid choice: 'rdp'"),
+        (_FIT + ["--epsilon", "1", "--init", "ones"], "invalid choice: 'ones'"),
+        (_FIT + ["--epsilon", "1", "--n-features", "5"], "--n-features applies to LIBSVM files only"),
+        (["fit", "--data", "/no/such/file.svm", "--algorithm", "dp-gd", "--epsilon", "1",
+          "--steps", "2"], "no such file"),
+        (_FIT + ["--epsilon", "1", "--json", "/no/such/folder/r.json"], "does not exist"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, match, capsys):
-  with pytest.raises(SystemExit) as exc:
-    cli.main(argv)
-  assert exc.value.code == 2
-  err = capsys.readouterr().err
+  code, err = _run(argv, capsys)
+  assert code == 2
   assert match in err
   assert len(err.strip().splitlines()) == 1
   assert "Traceback" not in err
+
+
+def test_bad_libsvm_inputs_exit_2(tmp_path, capsys):
+  path = _libsvm_file(tmp_path)
+  base = ["fit", "--data", str(path), "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "2"]
+  code, err = _run(base, capsys)  # labels 0/1 without --positive-label
+  assert code == 2 and "labels" in err and len(err.strip().splitlines()) == 1
+  code, err = _run(base + ["--positive-label", "7"], capsys)
+  assert code == 2 and len(err.strip().splitlines()) == 1
+  code, err = _run(base + ["--positive-label", "1", "--n-features", "2"], capsys)
+  assert code == 2 and "n_features" in err and len(err.strip().splitlines()) == 1
+  bad = tmp_path / "bad.svm"
+  bad.write_text("+1 1:0.5\n-1 2:x\n")
+  code, err = _run(["fit", "--data", str(bad), "--algorithm", "dp-gd", "--epsilon", "1",
+                    "--steps", "2"], capsys)
+  assert code == 2 and "line 2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_arguments_as_module_exit_2():
+  proc = subprocess.run(
+      [sys.executable, "-m", "dpjax", "fit", "--data", "synthetic", "--algorithm", "dp-gd",
+       "--epsilon", "-1", "--steps", "2"],
+      capture_output=True, text=True, timeout=120,
+  )
+  assert proc.returncode == 2
+  assert proc.stderr.strip() == "dpjax fit: error: epsilon must be > 0, got -1.0."

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -183,3 +186,39 @@ def test_bad_inputs():
     spectral.modified_solve(np.eye(3, dtype=np.int32), g, 0.1)
   with pytest.raises(ValueError, match="lam must be a scalar or broadcast"):
     spectral.modified_solve(np.stack([h, h]), g, np.ones(3, np.float32))
+
+
+_DEADLOCK_SCRIPT = """
+import jax, jax.numpy as jnp, numpy as np, optax
+jax.config.update("jax_enable_x64", True)
+from dpjax import data, dp_newton, glm
+ds = data.synthetic(0, dtype=np.float64)
+x, y = jnp.asarray(ds.x), jnp.asarray(ds.y)
+n, d = x.shape
+tx = dp_newton(n=n, rho_per_step=1.0, modification="add", min_eigenvalue=1e-6, key=0,
+               disable_noise_for_testing=True)
+
+def run(w0):
+  def body(carry, _):
+    w, state = carry
+    _, g, h = glm.logistic_grad_and_curvature(w, x, y, "hessian")
+    u, state = tx.update(g, state, w, curvature_matrix=h)
+    return (optax.apply_updates(w, u), state), None
+  return jax.lax.scan(body, (w0, tx.init(w0)), None, length=10)[0][0]
+
+out = jax.jit(jax.vmap(run))(jnp.stack([jnp.zeros(d), 5 * jnp.ones(d) / d**0.5]))
+print("OK", bool(jnp.all(jnp.isfinite(out))))
+"""
+
+
+def test_vmapped_add_solve_in_scan_does_not_deadlock():
+  """Regression: under vmap the add solve's Cholesky and eigh fallback both run.
+
+  Unordered, XLA:CPU's batched potrf and syevd kernels deadlocked on a
+  2-thread pool (seen in about half of the runs of this scenario). Run in a
+  subprocess so that a hang fails the test instead of stalling the suite.
+  """
+  proc = subprocess.run([sys.executable, "-c", _DEADLOCK_SCRIPT], capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "OK True" in proc.stdout

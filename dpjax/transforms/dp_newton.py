@@ -1,0 +1,473 @@
+"""The double-noise Newton method (Algorithm 3) as an optax transform.
+
+Ganesh, Haghifam, Steinke, Thakurta (NeurIPS 2023, arXiv 2305.13209),
+Algorithm 3; ``spec-newton.md`` sections 4.1-4.3. One step at ``w_t``, with
+the mean gradient ``g`` and the mean second-order information (SOI) matrix
+``H`` (the Hessian or the quadratic upper bound "QU"):
+
+1. ``g~ = g + N(0, sigma_g^2 I)``, ``sigma_g = (L0/n) / sqrt(2 rho_grad)``;
+2. adaptive lambda only (spec 4.3): ``tr~ = tr(H) + N(0, sigma_tr^2)``,
+   ``sigma_tr = (L1/n) / sqrt(2 rho_trace)``, and
+   ``lam = max((c max(0, tr~) / (n^2 rho_direction))^(1/3), 4 L1/n)``;
+3. ``w_{t+1} = w_t - Psi_lam(H)^{-1} g~ + N(0, (||g~|| s(lam))^2 / (2 rho_direction) I)``.
+
+Sensitivity argument (add/remove neighbours, ``n`` public): with
+``||x_i|| <= 1`` every per-example gradient has norm ``<= L0 = 1`` and every
+per-example SOI term ``c(z) x x^T`` (``c <= 1/4``) has operator norm and trace
+``<= L1 = 1/4``. So the mean gradient has L2 sensitivity ``L0/n``, the trace
+``L1/n``, and ``H`` moves by a rank-1 PSD term of norm ``<= L1/n``. Given the
+public ``g~``, the direction ``Psi_lam(H)^{-1} g~`` then moves by at most
+``||g~|| s(lam)`` with
+
+* add: ``s = (L1/n) / (lam (lam + L1/n))`` by Sherman-Morrison (spec 4.2,
+  re-derived);
+* clip: ``s = (L1/n) / (lam (lam - L1/n))``, the paper's claim (its proof is
+  in the appendix, spec 4.2); it needs ``lam > L1/n``.
+
+For ``L1 = 1/4`` these are ``1 / (4 n lam^2 +- lam)``. The three Gaussian
+mechanisms are ``rho_grad``-, ``rho_trace``- and ``rho_direction``-zCDP and
+compose to ``rho_step`` per step (Bun & Steinke 2016, Prop. 1.6 and Lemma 2.3);
+with a fixed lambda there is no trace query and ``rho_trace = 0``.
+
+All privacy arithmetic is in the pure functions :func:`newton_budget`,
+:func:`direction_sensitivity` and :func:`adaptive_min_eigenvalue`, and the
+stds come from :func:`dpjax.accounting.gaussian_sigma`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dpjax import _validate
+from dpjax import accounting
+from dpjax import glm
+from dpjax import spectral
+from dpjax.transforms.dp_gd import _canonical_key
+from dpjax.transforms.dp_gd import _check_flag
+from dpjax.transforms.dp_gd import _check_params
+from dpjax.transforms.dp_gd import _check_vector
+from dpjax.transforms.dp_gd import _gate
+from dpjax.transforms.dp_gd import _per_step_budget
+from dpjax.transforms.dp_gd import _select
+
+__all__ = [
+    "DPNewtonState",
+    "NewtonBudget",
+    "adaptive_min_eigenvalue",
+    "direction_sensitivity",
+    "dp_newton",
+    "newton_budget",
+]
+
+# The adaptive floor is FLOOR_FACTOR * L1 / n (= 1/n for logistic regression,
+# the Jul-2023 reference value, spec 4.3 step 5); any factor > 1 keeps clip valid.
+_FLOOR_FACTOR = 4.0
+
+
+class NewtonBudget(NamedTuple):
+  """Per-step zCDP budget split of Algorithm 3 (Python floats)."""
+
+  rho_grad: float  # the gradient query.
+  rho_trace: float  # the trace query (0 for a fixed lambda).
+  rho_direction: float  # the noisy direction.
+
+
+class DPNewtonState(NamedTuple):
+  """State of :func:`dp_newton`; ``optax.tree.get(state, "rho")`` finds ``accountant.rho``."""
+
+  count: jax.Array  # shape=(), int32: private steps taken (refused steps excluded).
+  key: jax.Array  # shape=(), typed PRNG key, split on every update.
+  accountant: accounting.AccountantState  # rho-zCDP spent so far.
+  min_eigenvalue: jax.Array  # shape=(), params dtype: lambda of the last step (0 before an adaptive first step).
+  grad_noise_std: jax.Array  # shape=(), params dtype: std sigma_g of the gradient noise.
+  trace_noise_std: jax.Array  # shape=(), params dtype: std sigma_tr of the trace noise (0 for fixed lambda).
+  direction_noise_std: jax.Array  # shape=(), params dtype: ||g~|| s(lam) / sqrt(2 rho_direction) at the last step.
+  budget_exhausted: jax.Array  # shape=(), bool: a step past `steps` was refused.
+
+
+# ----------------------------------------------------------------------------
+# Privacy arithmetic (pure functions).
+# ----------------------------------------------------------------------------
+
+
+def newton_budget(
+    rho_per_step: float, *, grad_frac: float, trace_frac: float, adaptive: bool
+) -> NewtonBudget:
+  """Splits one step's budget between gradient, trace and direction.
+
+  Spec 4.3 step 1 (adaptive): ``rho_grad = gamma rho_t``,
+  ``rho_trace = tau (1 - gamma) rho_t``, ``rho_direction = (1 - tau)(1 - gamma) rho_t``.
+  Spec 4.2 (fixed lambda, direction fraction ``theta = 1 - gamma``):
+  ``rho_trace = 0``, ``rho_direction = (1 - gamma) rho_t``. The last part is
+  formed as a difference, so the parts add up to ``rho_per_step`` to rounding.
+
+  Args:
+    rho_per_step: the step's budget ``rho_t > 0``.
+    grad_frac: ``gamma`` in (0, 1).
+    trace_frac: ``tau`` in (0, 1) (ignored unless ``adaptive``).
+    adaptive: whether lambda is chosen privately from the trace.
+
+  Returns:
+    :class:`NewtonBudget` of Python floats.
+
+  Examples:
+    >>> from dpjax.transforms import newton_budget
+    >>> b = newton_budget(0.0143935 / 5, grad_frac=0.7, trace_frac=0.1, adaptive=True)
+    >>> [f"{r:.5g}" for r in b]
+    ['0.0020151', '8.6361e-05', '0.00077725']
+  """
+  rho_t = _validate.positive_float(rho_per_step, "rho_per_step")
+  gamma = _validate.float_in_open_interval(grad_frac, "grad_frac", 0.0, 1.0)
+  tau = _validate.float_in_open_interval(trace_frac, "trace_frac", 0.0, 1.0)
+  adaptive = _check_flag(adaptive, "adaptive")
+  rho_grad = gamma * rho_t
+  rho_curv = rho_t - rho_grad
+  rho_trace = tau * rho_curv if adaptive else 0.0
+  return NewtonBudget(rho_grad, rho_trace, rho_curv - rho_trace)
+
+
+def _is_python_number(v: Any) -> bool:
+  return not isinstance(v, jax.Array) and np.ndim(v) == 0
+
+
+def direction_sensitivity(
+    lam: jax.typing.ArrayLike,
+    *,
+    n: int,
+    curvature_norm_bound: float = 0.25,
+    modification: str,
+) -> Any:
+  """Sensitivity of ``Psi_lam(H)^{-1} g~`` per unit ``||g~||`` (spec 4.2).
+
+  With ``L = curvature_norm_bound / n`` (the operator-norm sensitivity of the
+  mean SOI):
+
+  * add: ``L / (lam (lam + L))`` (Sherman-Morrison);
+  * clip: ``L / (lam (lam - L))`` (the paper's constant; needs ``lam > L``).
+
+  For ``L1 = 1/4`` this is ``1 / (4 n lam^2 +- lam)``.
+
+  Args:
+    lam: the minimum eigenvalue; a Python number, or an array (may be traced,
+      e.g. the adaptive lambda; then no value check is possible).
+    n: number of examples.
+    curvature_norm_bound: L1, the bound on each example's SOI operator norm.
+    modification: ``"clip"`` or ``"add"``.
+
+  Returns:
+    A Python float for a Python ``lam``, else an array.
+
+  Raises:
+    ValueError: a concrete ``lam <= 0``, or ``lam <= L`` for clip.
+
+  Examples:
+    >>> from dpjax.transforms import direction_sensitivity
+    >>> lam = 1.08763e-2  # spec 4.3 worked example, n = 1e4, L1 = 1/4.
+    >>> s = direction_sensitivity(lam, n=10_000, modification="clip")
+    >>> round(s, 6), round(1 / (4 * 10_000 * lam**2 - lam), 6)
+    (0.211825, 0.211825)
+  """
+  n = _validate.positive_int(n, "n")
+  bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
+  _validate.choice(modification, "modification", spectral.MODES)
+  lip = bound / n
+  if _validate.is_concrete(lam):
+    lam_host = np.asarray(jax.device_get(lam), np.float64)
+    if not np.all(np.isfinite(lam_host)) or np.any(lam_host <= 0):
+      raise ValueError(f"lam must be finite and > 0, got {lam!r}.")
+    if modification == "clip" and np.any(lam_host <= lip):
+      raise ValueError(
+          f"lam must be > curvature_norm_bound / n = {lip:.6g} for modification='clip' "
+          f"(the clip sensitivity (L1/n) / (lam (lam - L1/n)) needs it), got {lam!r}."
+      )
+  if _is_python_number(lam):
+    lam = float(lam)
+  shifted = lam + lip if modification == "add" else lam - lip
+  return lip / (lam * shifted)
+
+
+def adaptive_min_eigenvalue(
+    noisy_trace: jax.typing.ArrayLike,
+    *,
+    n: int,
+    rho_direction: float,
+    trace_coeff: float,
+    floor: float,
+) -> Any:
+  """The private adaptive minimum eigenvalue (spec 4.3 steps 4-5).
+
+  ``lam = max((c max(0, tr~) / (n^2 rho_direction))^(1/3), floor)``: the
+  paper's minimiser ``lam ~ (tr(H) / (n^2 rho_direction))^(1/3)`` (Sec. 5.2)
+  evaluated on the privately released trace ``tr~``, which is post-processing.
+
+  Args:
+    noisy_trace: the noisy trace ``tr(H) + N(0, sigma_tr^2)``; number or
+      array (may be traced).
+    n: number of examples.
+    rho_direction: the direction budget of this step, > 0.
+    trace_coeff: ``c > 0``.
+    floor: the smallest lambda returned, > 0 (``4 L1 / n`` in :func:`dp_newton`).
+
+  Returns:
+    lambda: a Python float for a Python ``noisy_trace``, else an array.
+
+  Examples:
+    >>> from dpjax.transforms import adaptive_min_eigenvalue
+    >>> lam = adaptive_min_eigenvalue(
+    ...     0.2, n=10_000, rho_direction=7.7725e-4, trace_coeff=0.5, floor=1e-4)
+    >>> round(lam, 7)
+    0.0108763
+  """
+  n = _validate.positive_int(n, "n")
+  rho_direction = _validate.positive_float(rho_direction, "rho_direction")
+  trace_coeff = _validate.positive_float(trace_coeff, "trace_coeff")
+  floor = _validate.positive_float(floor, "floor")
+  scale = trace_coeff / (float(n) * float(n) * rho_direction)
+  if _is_python_number(noisy_trace):
+    _validate.check_finite(noisy_trace, "noisy_trace")
+    t = float(noisy_trace)
+    return max((scale * max(0.0, t)) ** (1.0 / 3.0), floor)
+  t = jnp.asarray(noisy_trace)
+  return jnp.maximum(jnp.cbrt(scale * jnp.maximum(t, 0)), jnp.asarray(floor, t.dtype))
+
+
+# ----------------------------------------------------------------------------
+# The transform.
+# ----------------------------------------------------------------------------
+
+
+def dp_newton(
+    *,
+    n: int,
+    rho: float | None = None,
+    steps: int | None = None,
+    rho_per_step: float | None = None,
+    curvature: str = "hessian",
+    modification: str = "clip",
+    min_eigenvalue: float | str = "adaptive",
+    grad_frac: float = 0.7,
+    trace_frac: float = 0.1,
+    trace_coeff: float = 0.5,
+    grad_norm_bound: float = 1.0,
+    curvature_norm_bound: float = 0.25,
+    key: int | jax.Array,
+    disable_noise_for_testing: bool = False,
+) -> optax.GradientTransformationExtraArgs:
+  """Double-noise Newton (Algorithm 3; spec 4.2 fixed, 4.3 adaptive lambda).
+
+  ``update(g, state, params, *, curvature_matrix=H)`` (or ``x=..., y=...``
+  instead of ``H``) takes the MEAN gradient ``g`` and returns
+  ``-Psi_lam(H)^{-1} g~ + N(0, (||g~|| s(lam))^2 / (2 rho_direction) I)``,
+  with ``g~ = g + N(0, sigma_g^2 I)``; add it to ``params``. The module
+  docstring gives the sensitivity argument; the noise scales are:
+
+  * ``sigma_g = gaussian_sigma(grad_norm_bound / n, rho_grad)``;
+  * ``sigma_tr = gaussian_sigma(curvature_norm_bound / n, rho_trace)`` (adaptive);
+  * ``lam = adaptive_min_eigenvalue(tr(H) + N(0, sigma_tr^2), ..., floor=4 L1/n)``
+    or the fixed ``min_eigenvalue``;
+  * direction std ``= gaussian_sigma(||g~|| * direction_sensitivity(lam), rho_direction)``;
+
+  with the budget split of :func:`newton_budget`. Each part is charged to the
+  accountant where its noise is drawn (keys split off the state key, fresh
+  at every step). Everything runs in-graph (``jit``, ``vmap``, ``lax.scan``).
+
+  Budget: exactly one of ``rho`` (total) with ``steps``, or ``rho_per_step``
+  (optionally with ``steps``). Past ``steps`` an eager call raises
+  ``ValueError``; a traced one returns zeros, charges nothing and sets
+  ``state.budget_exhausted``. Privacy parameters must be Python numbers; the
+  ``key`` may be traced (build one transform per key inside ``vmap``).
+
+  Args:
+    n: number of examples (public).
+    rho: total zCDP budget over ``steps`` steps.
+    steps: number of steps T.
+    rho_per_step: zCDP budget of one step (instead of ``rho``).
+    curvature: ``"hessian"`` or ``"qu"``: the kind of SOI (used for the
+      ``x, y`` path; a passed ``curvature_matrix`` must be of this kind).
+    modification: ``"clip"`` or ``"add"`` (:mod:`dpjax.spectral`).
+    min_eigenvalue: ``"adaptive"`` (spec 4.3) or a fixed lambda > 0; for clip
+      a fixed lambda must exceed ``curvature_norm_bound / n``.
+    grad_frac: share ``gamma`` of each step's budget for the gradient.
+    trace_frac: share ``tau`` of the rest for the trace (adaptive only).
+    trace_coeff: ``c`` in the adaptive lambda.
+    grad_norm_bound: L0, bound on each example's gradient norm (1 for logistic
+      loss with ``||x|| <= 1``).
+    curvature_norm_bound: L1, bound on each example's SOI operator norm (1/4).
+    key: int seed or typed PRNG key (``jax.random.key``); required.
+    disable_noise_for_testing: if True, no noise at all (the adaptive lambda
+      then uses the exact trace); the output is NOT private. For tests only.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` whose state is a
+    :class:`DPNewtonState`.
+
+  Raises:
+    ValueError, TypeError: eagerly, at construction, for a bad budget, ``n``,
+      fraction, coefficient, bound, curvature, modification, min_eigenvalue
+      (including ``lam <= L1/n`` for clip), key or flag.
+
+  Examples:
+    >>> import jax, optax
+    >>> from dpjax import accounting, data, glm
+    >>> from dpjax.transforms import dp_newton
+    >>> x, y = data.synthetic(0, n=2000, d=5)
+    >>> tx = dp_newton(n=2000, rho=1.0, steps=3, key=0)
+    >>> w = jax.numpy.zeros(5)
+    >>> state = tx.init(w)
+    >>> @jax.jit
+    ... def step(w, state):
+    ...   _, g, h = glm.logistic_grad_and_curvature(w, x, y, "hessian")
+    ...   u, state = tx.update(g, state, w, curvature_matrix=h)
+    ...   return optax.apply_updates(w, u), state
+    >>> for _ in range(3):
+    ...   w, state = step(w, state)
+    >>> round(accounting.spent_rho(state.accountant), 12), int(state.count)
+    (1.0, 3)
+    >>> bool(state.min_eigenvalue >= 1 / 2000)  # the adaptive floor 4 L1 / n
+    True
+    >>> bool(glm.logistic_loss(w, x, y) < glm.logistic_loss(0 * w, x, y))
+    True
+  """
+  n = _validate.positive_int(n, "n")
+  rho_step, steps = _per_step_budget(rho, steps, rho_per_step)
+  curvature = _validate.choice(curvature, "curvature", glm.CURVATURES)
+  modification = _validate.choice(modification, "modification", spectral.MODES)
+  grad_frac = _validate.float_in_open_interval(grad_frac, "grad_frac", 0.0, 1.0)
+  trace_frac = _validate.float_in_open_interval(trace_frac, "trace_frac", 0.0, 1.0)
+  trace_coeff = _validate.positive_float(trace_coeff, "trace_coeff")
+  grad_norm_bound = _validate.positive_float(grad_norm_bound, "grad_norm_bound")
+  curvature_norm_bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
+  lip = curvature_norm_bound / n  # Operator-norm sensitivity of the mean SOI.
+  adaptive = isinstance(min_eigenvalue, str)
+  if adaptive:
+    if min_eigenvalue != "adaptive":
+      raise ValueError(
+          f"min_eigenvalue must be 'adaptive' or a number > 0, got {min_eigenvalue!r}."
+      )
+    fixed_lam = None
+  else:
+    fixed_lam = _validate.positive_float(min_eigenvalue, "min_eigenvalue")
+    if modification == "clip" and fixed_lam <= lip:
+      raise ValueError(
+          f"min_eigenvalue={fixed_lam!r} is too small for modification='clip': the "
+          f"paper's clip sensitivity (L1/n) / (lam (lam - L1/n)) needs lam > L1/n = "
+          f"curvature_norm_bound / n = {lip:.6g}. Pass min_eigenvalue > {lip:.6g} "
+          f"(e.g. {_FLOOR_FACTOR * lip:.6g} = 4 L1/n), min_eigenvalue='adaptive', or "
+          "modification='add'."
+      )
+  key = _canonical_key(key)
+  no_noise = _check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+
+  # The one place where the Newton noise scales are derived (spec 4.2, 4.3).
+  budget = newton_budget(rho_step, grad_frac=grad_frac, trace_frac=trace_frac, adaptive=adaptive)
+  sigma_grad = accounting.gaussian_sigma(grad_norm_bound / n, budget.rho_grad)
+  sigma_trace = accounting.gaussian_sigma(lip, budget.rho_trace) if adaptive else 0.0
+  floor = _FLOOR_FACTOR * lip
+  noise_on = 0.0 if no_noise else 1.0
+  if not adaptive:
+    fixed_sens = direction_sensitivity(
+        fixed_lam, n=n, curvature_norm_bound=curvature_norm_bound, modification=modification
+    )
+    fixed_unit_std = accounting.gaussian_sigma(fixed_sens, budget.rho_direction)
+
+  def init_fn(params: jax.Array) -> DPNewtonState:
+    params = _check_params(params)
+    dt = params.dtype
+    return DPNewtonState(
+        count=jnp.zeros((), jnp.int32),
+        key=key,
+        accountant=accounting.init_accountant(),
+        min_eigenvalue=jnp.asarray(0.0 if adaptive else fixed_lam, dt),
+        grad_noise_std=jnp.asarray(noise_on * sigma_grad, dt),
+        trace_noise_std=jnp.asarray(noise_on * sigma_trace, dt),
+        direction_noise_std=jnp.zeros((), dt),
+        budget_exhausted=jnp.zeros((), bool),
+    )
+
+  def update_fn(updates, state, params=None, *, curvature_matrix=None, x=None, y=None,
+                **extra_args):
+    del extra_args
+    if not isinstance(state, DPNewtonState):
+      raise TypeError(f"state must be a DPNewtonState from init(), got {type(state).__name__}.")
+    g = _check_vector(updates, "updates")
+    d = g.shape[0]
+    h = _curvature(g, params, curvature_matrix, x, y)
+    ok = _gate(state.count, steps, "dp_newton")
+    dt = g.dtype
+    new_key, k_grad, k_trace, k_dir = jax.random.split(state.key, 4)
+    acc = state.accountant
+
+    # 1. Noisy gradient: sensitivity L0/n, budget rho_grad.
+    g_noisy = g + (noise_on * sigma_grad) * jax.random.normal(k_grad, (d,), dt)
+    acc = accounting.charge(acc, budget.rho_grad)
+
+    # 2. Minimum eigenvalue: fixed, or from the noisy trace (sensitivity L1/n).
+    if adaptive:
+      trace = jnp.trace(h) + (noise_on * sigma_trace) * jax.random.normal(k_trace, (), dt)
+      acc = accounting.charge(acc, budget.rho_trace)
+      lam = adaptive_min_eigenvalue(
+          trace, n=n, rho_direction=budget.rho_direction, trace_coeff=trace_coeff, floor=floor
+      )
+      sens = direction_sensitivity(
+          lam, n=n, curvature_norm_bound=curvature_norm_bound, modification=modification
+      )
+      unit_std = accounting.gaussian_sigma(sens, budget.rho_direction)
+    else:
+      lam = jnp.asarray(fixed_lam, dt)
+      unit_std = jnp.asarray(fixed_unit_std, dt)
+
+    # 3. Noisy direction: sensitivity ||g~|| s(lam), budget rho_direction.
+    direction = spectral.modified_solve(h, g_noisy, lam, modification)
+    dir_std = noise_on * jnp.linalg.norm(g_noisy) * unit_std
+    noisy_direction = direction + dir_std * jax.random.normal(k_dir, (d,), dt)
+    acc = accounting.charge(acc, budget.rho_direction)
+
+    out = jnp.where(ok, -noisy_direction, jnp.zeros_like(g))
+    new_state = DPNewtonState(
+        count=jnp.where(ok, optax.safe_increment(state.count), state.count),
+        key=new_key,
+        accountant=_select(ok, acc, state.accountant),
+        min_eigenvalue=jnp.where(ok, lam.astype(dt), state.min_eigenvalue),
+        grad_noise_std=state.grad_noise_std,
+        trace_noise_std=state.trace_noise_std,
+        direction_noise_std=jnp.where(ok, dir_std.astype(dt), state.direction_noise_std),
+        budget_exhausted=jnp.logical_or(state.budget_exhausted, jnp.logical_not(ok)),
+    )
+    return out, new_state
+
+  def _curvature(g, params, curvature_matrix, x, y):
+    d = g.shape[0]
+    if curvature_matrix is not None:
+      if x is not None or y is not None:
+        raise ValueError(
+            "pass either curvature_matrix=H or the data x=..., y=..., not both."
+        )
+      _validate.as_float_array(curvature_matrix, "curvature_matrix", ndim=2)
+      if np.shape(curvature_matrix) != (d, d):
+        raise ValueError(
+            f"curvature_matrix has shape {np.shape(curvature_matrix)} but must be ({d}, {d}) "
+            "to match the gradient."
+        )
+      return jnp.asarray(curvature_matrix, g.dtype)
+    if x is None or y is None:
+      raise TypeError(
+          "dp_newton's update needs the curvature: pass curvature_matrix=H (the mean "
+          f"{curvature!r} SOI matrix, shape ({d}, {d})) or the data x=..., y=... together "
+          "with params, e.g. tx.update(grad, state, params, curvature_matrix=H)."
+      )
+    if params is None:
+      raise TypeError(
+          "dp_newton's update with x, y needs params (the point w_t where the curvature "
+          "is evaluated): call tx.update(grad, state, params, x=x, y=y)."
+      )
+    params = _check_vector(params, "params", d)
+    matrix = glm.logistic_grad_and_curvature(params, x, y, curvature).matrix
+    return matrix.astype(g.dtype)
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
