@@ -75,3 +75,16 @@ def time_interleaved(
   return [
       {"median_ms": statistics.median(t), "min_ms": min(t), "reps": len(t)} for t in times
   ]
+
+
+def markdown_header(title: str, info: dict[str, Any]) -> list[str]:
+  """The title and the machine / versions / command lines of a results file."""
+  return [
+      f"# {title}",
+      "",
+      f"- machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), "
+      f"load average at start {info['load_average']}",
+      f"- versions: python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, "
+      f"numpy {info['numpy']}, backend {info['backend']}",
+      f"- command: `{info['command']}`",
+  ]

@@ -98,14 +98,7 @@ def run(reps: int, chunk_size: int | None):
 
 
 def to_markdown(info, rows, reps) -> str:
-  lines = [
-      "# Fused logistic grad + Hessian vs plain Gram (float32, XLA:CPU)",
-      "",
-      f"- machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), "
-      f"load average at start {info['load_average']}",
-      f"- versions: python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, "
-      f"numpy {info['numpy']}, backend {info['backend']}",
-      f"- command: `{info['command']}`",
+  lines = _harness.markdown_header("Fused logistic grad + Hessian vs plain Gram (float32, XLA:CPU)", info) + [
       f"- fused and gram: {reps} interleaved reps after 2 warm-up rounds; textbook: "
       f"{max(3, reps // 3)} reps on its own; compile time excluded; times in ms as median (min).",
       "",

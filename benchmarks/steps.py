@@ -30,7 +30,6 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -117,14 +116,7 @@ def dpgd_repeats(ds, reps: int, steps: int = 100, repeats: int = 16) -> dict:
 
 
 def to_markdown(info: dict, rows: list[dict]) -> str:
-  lines = [
-      "# Private step cost vs hardware-bound primitives (float32)",
-      "",
-      f"- machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), "
-      f"load average at start {info['load_average']}",
-      f"- versions: python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, "
-      f"numpy {info['numpy']}, backend {info['backend']}",
-      f"- command: `{info['command']}`",
+  lines = _harness.markdown_header("Private step cost vs hardware-bound primitives (float32)", info) + [
       "- times in ms, median (min) over interleaved reps after warm-up; compile time excluded and listed separately.",
       "",
       "## Newton step (hess-clip, adaptive lambda) vs Gram `x.T @ x` + matvec `x @ w` (target <= 2x)",

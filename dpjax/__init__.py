@@ -7,7 +7,11 @@ Modules (imports only point down):
 * :mod:`dpjax.glm`, :mod:`dpjax.per_example`: fused GLM curvature; generic
   per-example gradients and Hessians with clipping;
 * :mod:`dpjax.data`, :mod:`dpjax.solve`: datasets and the privacy contract;
-  the exact non-private optimum and excess loss.
+  the exact non-private optimum and excess loss;
+* :mod:`dpjax.transforms`: the private optimizers as optax transforms
+  (:func:`dp_gd`, :func:`dp_newton`);
+* :mod:`dpjax.training`: :func:`fit`, a whole private run compiled into one
+  ``lax.scan``, vmapped over repeats.
 """
 
 from dpjax import accounting
@@ -43,6 +47,7 @@ __all__ = [
     "solve",
     "spectral",
     "synthetic",
+    "training",
     "transforms",
     "zcdp_to_epsilon",
 ]

@@ -19,16 +19,15 @@ step-budget gate) that :mod:`dpjax.transforms.dp_newton` reuses.
 
 from __future__ import annotations
 
-import numbers
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from dpjax import _validate
 from dpjax import accounting
+from dpjax.transforms import _common
 
 __all__ = ["DPGDState", "dp_gd"]
 
@@ -46,115 +45,6 @@ class DPGDState(NamedTuple):
   accountant: accounting.AccountantState  # rho-zCDP spent so far.
   noise_std: jax.Array  # shape=(), params dtype: std s of the noise added to the mean gradient.
   budget_exhausted: jax.Array  # shape=(), bool: a step past `steps` was refused.
-
-
-# ----------------------------------------------------------------------------
-# Helpers shared with dp_newton.
-# ----------------------------------------------------------------------------
-
-
-def _per_step_budget(rho: Any, steps: Any, rho_per_step: Any) -> tuple[float, int | None]:
-  """Resolves the two budget forms to ``(rho_per_step, steps or None)``.
-
-  (a) ``rho=<total>, steps=<T>`` gives ``rho / T`` per step, at most T steps;
-  (b) ``rho_per_step=<r>``, optionally with ``steps=T`` to enforce a limit.
-  """
-  if rho is not None and rho_per_step is not None:
-    raise ValueError(
-        "pass exactly one budget: either rho=<total> with steps=<T>, or "
-        "rho_per_step=<r> (optionally with steps); got both rho and rho_per_step."
-    )
-  if rho is None and rho_per_step is None:
-    raise ValueError(
-        "no privacy budget given: pass rho=<total> with steps=<T>, or "
-        "rho_per_step=<r> (optionally with steps)."
-    )
-  steps = None if steps is None else _validate.positive_int(steps, "steps")
-  if rho is not None:
-    rho = _validate.positive_float(rho, "rho")
-    if steps is None:
-      raise ValueError(
-          "rho is a total budget and needs steps=<T> to split it (rho / T per step); "
-          "pass steps, or pass rho_per_step instead."
-      )
-    return rho / steps, steps
-  return _validate.positive_float(rho_per_step, "rho_per_step"), steps
-
-
-def _canonical_key(key: Any) -> jax.Array:
-  """An int seed or a typed key (possibly traced) -> a scalar typed key."""
-  if key is None or isinstance(key, (bool, np.bool_)):
-    raise TypeError(
-        f"key must be an int seed or a typed PRNG key from jax.random.key(...), got {key!r}."
-    )
-  if isinstance(key, (numbers.Integral, np.integer)):
-    return jax.random.key(int(key))
-  if isinstance(key, (jax.Array, np.ndarray)):
-    dtype = key.dtype
-    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
-      if key.shape != ():
-        raise ValueError(
-            f"key must be a single typed PRNG key (shape ()), got shape {key.shape}; "
-            "to build one transform per key, construct it inside jax.vmap."
-        )
-      return key
-    if jnp.issubdtype(dtype, jnp.integer) and np.shape(key) == ():
-      return jax.random.key(key)
-    raise TypeError(
-        f"key must be an int seed or a typed PRNG key from jax.random.key(...), got an "
-        f"array of dtype {dtype} and shape {np.shape(key)}; wrap a legacy uint32 key "
-        "with jax.random.wrap_key_data(key)."
-    )
-  raise TypeError(
-      "key must be an int seed or a typed PRNG key from jax.random.key(...), got "
-      f"{type(key).__name__}."
-  )
-
-
-def _check_flag(value: Any, name: str) -> bool:
-  if not isinstance(value, (bool, np.bool_)):
-    raise TypeError(f"{name} must be True or False, got {type(value).__name__}.")
-  return bool(value)
-
-
-def _check_vector(v: Any, name: str, d: int | None = None) -> jax.Array:
-  """Static checks of a (d,) float array (value checks only when concrete)."""
-  _validate.as_float_array(v, name, ndim=1)
-  if d is not None and np.shape(v)[0] != d:
-    raise ValueError(f"{name} has shape {np.shape(v)} but must have shape ({d},).")
-  return jnp.asarray(v)
-
-
-def _check_params(params: Any) -> jax.Array:
-  if params is None:
-    raise TypeError("init(params) needs the parameters: a 1-D float array of shape (d,).")
-  return _check_vector(params, "params")
-
-
-def _gate(count: jax.Array, steps: int | None, name: str) -> jax.Array:
-  """True when this step may run. Raises eagerly past the budget.
-
-  A concrete ``count >= steps`` raises ``ValueError``; a traced one yields a
-  traced bool that the caller uses to zero the update and skip the charge.
-  """
-  if steps is None:
-    return jnp.asarray(True)
-  if _validate.is_concrete(count) and int(count) >= steps:
-    raise ValueError(
-        f"privacy budget exhausted: {name} was built for steps={steps} and has already "
-        f"taken {int(count)} steps; build a new transform with a fresh budget to go on."
-    )
-  return count < steps
-
-
-def _select(ok: jax.Array, new: Any, old: Any) -> Any:
-  """``new`` where ``ok`` else ``old``, leaf by leaf (exact: a select, no arithmetic)."""
-  return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
-
-
-# ----------------------------------------------------------------------------
-# DP-GD.
-# ----------------------------------------------------------------------------
 
 
 def dp_gd(
@@ -228,18 +118,18 @@ def dp_gd(
     True
   """
   n = _validate.positive_int(n, "n")
-  rho_step, steps = _per_step_budget(rho, steps, rho_per_step)
+  rho_step, steps = _common.per_step_budget(rho, steps, rho_per_step)
   learning_rate = _validate.positive_float(learning_rate, "learning_rate")
   grad_norm_bound = _validate.positive_float(grad_norm_bound, "grad_norm_bound")
-  key = _canonical_key(key)
-  no_noise = _check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  key = _common.canonical_key(key)
+  no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
 
   # The one place where the DP-GD noise scale is derived (spec 2.1).
   sigma = accounting.gaussian_sigma(grad_norm_bound / n, rho_step)
   used_sigma = 0.0 if no_noise else sigma
 
   def init_fn(params: jax.Array) -> DPGDState:
-    params = _check_params(params)
+    params = _common.check_params(params)
     return DPGDState(
         count=jnp.zeros((), jnp.int32),
         key=key,
@@ -252,8 +142,8 @@ def dp_gd(
     del params, extra_args  # The full-batch gradient is all DP-GD needs.
     if not isinstance(state, DPGDState):
       raise TypeError(f"state must be a DPGDState from init(), got {type(state).__name__}.")
-    g = _check_vector(updates, "updates")
-    ok = _gate(state.count, steps, "dp_gd")
+    g = _common.check_vector(updates, "updates")
+    ok = _common.gate(state.count, steps, "dp_gd")
     new_key, noise_key = jax.random.split(state.key)
     noise = jax.random.normal(noise_key, g.shape, g.dtype)
     noisy = g + jnp.asarray(used_sigma, g.dtype) * noise
@@ -262,7 +152,7 @@ def dp_gd(
     new_state = DPGDState(
         count=jnp.where(ok, optax.safe_increment(state.count), state.count),
         key=new_key,
-        accountant=_select(ok, charged, state.accountant),
+        accountant=_common.select(ok, charged, state.accountant),
         noise_std=state.noise_std,
         budget_exhausted=jnp.logical_or(state.budget_exhausted, jnp.logical_not(ok)),
     )

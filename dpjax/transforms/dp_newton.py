@@ -47,13 +47,7 @@ from dpjax import _validate
 from dpjax import accounting
 from dpjax import glm
 from dpjax import spectral
-from dpjax.transforms.dp_gd import _canonical_key
-from dpjax.transforms.dp_gd import _check_flag
-from dpjax.transforms.dp_gd import _check_params
-from dpjax.transforms.dp_gd import _check_vector
-from dpjax.transforms.dp_gd import _gate
-from dpjax.transforms.dp_gd import _per_step_budget
-from dpjax.transforms.dp_gd import _select
+from dpjax.transforms import _common
 
 __all__ = [
     "DPNewtonState",
@@ -124,7 +118,7 @@ def newton_budget(
   rho_t = _validate.positive_float(rho_per_step, "rho_per_step")
   gamma = _validate.float_in_open_interval(grad_frac, "grad_frac", 0.0, 1.0)
   tau = _validate.float_in_open_interval(trace_frac, "trace_frac", 0.0, 1.0)
-  adaptive = _check_flag(adaptive, "adaptive")
+  adaptive = _common.check_flag(adaptive, "adaptive")
   rho_grad = gamma * rho_t
   rho_curv = rho_t - rho_grad
   rho_trace = tau * rho_curv if adaptive else 0.0
@@ -334,7 +328,7 @@ def dp_newton(
     True
   """
   n = _validate.positive_int(n, "n")
-  rho_step, steps = _per_step_budget(rho, steps, rho_per_step)
+  rho_step, steps = _common.per_step_budget(rho, steps, rho_per_step)
   curvature = _validate.choice(curvature, "curvature", glm.CURVATURES)
   modification = _validate.choice(modification, "modification", spectral.MODES)
   grad_frac = _validate.float_in_open_interval(grad_frac, "grad_frac", 0.0, 1.0)
@@ -360,8 +354,8 @@ def dp_newton(
           f"(e.g. {_FLOOR_FACTOR * lip:.6g} = 4 L1/n), min_eigenvalue='adaptive', or "
           "modification='add'."
       )
-  key = _canonical_key(key)
-  no_noise = _check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  key = _common.canonical_key(key)
+  no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
 
   # The one place where the Newton noise scales are derived (spec 4.2, 4.3).
   budget = newton_budget(rho_step, grad_frac=grad_frac, trace_frac=trace_frac, adaptive=adaptive)
@@ -376,7 +370,7 @@ def dp_newton(
     fixed_unit_std = accounting.gaussian_sigma(fixed_sens, budget.rho_direction)
 
   def init_fn(params: jax.Array) -> DPNewtonState:
-    params = _check_params(params)
+    params = _common.check_params(params)
     dt = params.dtype
     return DPNewtonState(
         count=jnp.zeros((), jnp.int32),
@@ -394,10 +388,10 @@ def dp_newton(
     del extra_args
     if not isinstance(state, DPNewtonState):
       raise TypeError(f"state must be a DPNewtonState from init(), got {type(state).__name__}.")
-    g = _check_vector(updates, "updates")
+    g = _common.check_vector(updates, "updates")
     d = g.shape[0]
     h = _curvature(g, params, curvature_matrix, x, y)
-    ok = _gate(state.count, steps, "dp_newton")
+    ok = _common.gate(state.count, steps, "dp_newton")
     dt = g.dtype
     new_key, k_grad, k_trace, k_dir = jax.random.split(state.key, 4)
     acc = state.accountant
@@ -431,7 +425,7 @@ def dp_newton(
     new_state = DPNewtonState(
         count=jnp.where(ok, optax.safe_increment(state.count), state.count),
         key=new_key,
-        accountant=_select(ok, acc, state.accountant),
+        accountant=_common.select(ok, acc, state.accountant),
         min_eigenvalue=jnp.where(ok, lam.astype(dt), state.min_eigenvalue),
         grad_noise_std=state.grad_noise_std,
         trace_noise_std=state.trace_noise_std,
@@ -465,7 +459,7 @@ def dp_newton(
           "dp_newton's update with x, y needs params (the point w_t where the curvature "
           "is evaluated): call tx.update(grad, state, params, x=x, y=y)."
       )
-    params = _check_vector(params, "params", d)
+    params = _common.check_vector(params, "params", d)
     matrix = glm.logistic_grad_and_curvature(params, x, y, curvature).matrix
     return matrix.astype(g.dtype)
 

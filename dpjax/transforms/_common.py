@@ -1,0 +1,122 @@
+"""Helpers shared by the dpjax transforms: budget arguments, keys, the step gate.
+
+Every transform takes its privacy budget either as a total ``rho`` with a step
+count ``steps`` or as ``rho_per_step``; refuses to run past ``steps``; and
+stores a typed PRNG key in its state. These helpers implement those shared
+conventions once.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate
+
+
+def per_step_budget(rho: Any, steps: Any, rho_per_step: Any) -> tuple[float, int | None]:
+  """Resolves the two budget forms to ``(rho_per_step, steps or None)``.
+
+  (a) ``rho=<total>, steps=<T>`` gives ``rho / T`` per step, at most T steps;
+  (b) ``rho_per_step=<r>``, optionally with ``steps=T`` to enforce a limit.
+  """
+  if rho is not None and rho_per_step is not None:
+    raise ValueError(
+        "pass exactly one budget: either rho=<total> with steps=<T>, or "
+        "rho_per_step=<r> (optionally with steps); got both rho and rho_per_step."
+    )
+  if rho is None and rho_per_step is None:
+    raise ValueError(
+        "no privacy budget given: pass rho=<total> with steps=<T>, or "
+        "rho_per_step=<r> (optionally with steps)."
+    )
+  steps = None if steps is None else _validate.positive_int(steps, "steps")
+  if rho is not None:
+    rho = _validate.positive_float(rho, "rho")
+    if steps is None:
+      raise ValueError(
+          "rho is a total budget and needs steps=<T> to split it (rho / T per step); "
+          "pass steps, or pass rho_per_step instead."
+      )
+    return rho / steps, steps
+  return _validate.positive_float(rho_per_step, "rho_per_step"), steps
+
+
+def canonical_key(key: Any) -> jax.Array:
+  """An int seed or a typed key (possibly traced) -> a scalar typed key."""
+  if key is None or isinstance(key, (bool, np.bool_)):
+    raise TypeError(
+        f"key must be an int seed or a typed PRNG key from jax.random.key(...), got {key!r}."
+    )
+  if isinstance(key, (numbers.Integral, np.integer)):
+    return jax.random.key(int(key))
+  if isinstance(key, (jax.Array, np.ndarray)):
+    dtype = key.dtype
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
+      if key.shape != ():
+        raise ValueError(
+            f"key must be a single typed PRNG key (shape ()), got shape {key.shape}; "
+            "to build one transform per key, construct it inside jax.vmap."
+        )
+      return key
+    if jnp.issubdtype(dtype, jnp.integer) and np.shape(key) == ():
+      return jax.random.key(key)
+    raise TypeError(
+        f"key must be an int seed or a typed PRNG key from jax.random.key(...), got an "
+        f"array of dtype {dtype} and shape {np.shape(key)}; wrap a legacy uint32 key "
+        "with jax.random.wrap_key_data(key)."
+    )
+  raise TypeError(
+      "key must be an int seed or a typed PRNG key from jax.random.key(...), got "
+      f"{type(key).__name__}."
+  )
+
+
+def check_flag(value: Any, name: str) -> bool:
+  if not isinstance(value, (bool, np.bool_)):
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__}.")
+  return bool(value)
+
+
+def check_vector(v: Any, name: str, d: int | None = None) -> jax.Array:
+  """Static checks of a (d,) float array (value checks only when concrete)."""
+  _validate.as_float_array(v, name, ndim=1)
+  if d is not None and np.shape(v)[0] != d:
+    raise ValueError(f"{name} has shape {np.shape(v)} but must have shape ({d},).")
+  return jnp.asarray(v)
+
+
+def check_params(params: Any) -> jax.Array:
+  if params is None:
+    raise TypeError("init(params) needs the parameters: a 1-D float array of shape (d,).")
+  return check_vector(params, "params")
+
+
+def gate(count: jax.Array, steps: int | None, name: str) -> jax.Array:
+  """True when this step may run. Raises eagerly past the budget.
+
+  A concrete ``count >= steps`` raises ``ValueError``; a traced one yields a
+  traced bool that the caller uses to zero the update and skip the charge.
+  """
+  if steps is None:
+    return jnp.asarray(True)
+  if _validate.is_concrete(count) and int(count) >= steps:
+    raise ValueError(
+        f"privacy budget exhausted: {name} was built for steps={steps} and has already "
+        f"taken {int(count)} steps; build a new transform with a fresh budget to go on."
+    )
+  return count < steps
+
+
+def select(ok: jax.Array, new: Any, old: Any) -> Any:
+  """``new`` where ``ok`` else ``old``, leaf by leaf (exact: a select, no arithmetic)."""
+  return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
+
+
+# ----------------------------------------------------------------------------
+# DP-GD.
+# ----------------------------------------------------------------------------
