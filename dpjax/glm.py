@@ -165,12 +165,25 @@ def _block_rows(n: int, d: int, chunk_size: int | None, x=None) -> int:
   return min(rows, n)
 
 
+def _softplus_and_residual(m, y):
+  """Per-example loss ``softplus(-m)`` and gradient weight ``-y sigmoid(-m)``.
+
+  Both share ``e = exp(-|m|)``: ``softplus(-m) = max(-m, 0) + log1p(e)`` and
+  ``sigmoid(-m) = e / (1 + e)`` for ``m >= 0``, ``1 / (1 + e)`` otherwise;
+  stable for any margin, one exponential per example instead of two.
+  """
+  e = jnp.exp(-jnp.abs(m))
+  loss = jnp.maximum(-m, 0.0) + jnp.log1p(e)
+  inv = 1.0 / (1.0 + e)
+  sig_neg = jnp.where(m >= 0, e * inv, inv)
+  return loss, -y * sig_neg
+
+
 def _block_sums(w, xb, yb, coefficient):
   """Sums over one row block: (loss, X_b^T [c*X_b | r]) or (loss, r @ X_b)."""
   z = xb @ w
-  m = yb * z
-  loss = jnp.sum(jnp.logaddexp(0.0, -m))
-  r = -yb * jax.nn.sigmoid(-m)
+  per_example, r = _softplus_and_residual(yb * z, yb)
+  loss = jnp.sum(per_example)
   if coefficient is None:
     return loss, r @ xb  # `c @ x` form: no transpose of x is materialised.
   c = coefficient(z)
@@ -266,8 +279,51 @@ def logistic_loss_and_grad(
     Array([-0.25,  0.25], dtype=float32)
   """
   n, d = _validate_wxy(w, x, y)
-  rows = n if chunk_size is None else _block_rows(n, d, chunk_size)
-  return _fused(w, x, y, curvature=None, rows=rows)
+  if chunk_size is None:
+    return _loss_and_grad_two_pass(w, x, y)
+  return _fused(w, x, y, curvature=None, rows=_block_rows(n, d, chunk_size))
+
+
+def _loss_and_grad_dense(w, x, y):
+  dtype = jnp.result_type(w, x, y)
+  w, x, y = (a.astype(dtype) for a in (w, x, y))
+  loss, grad = _block_sums(w, x, y, None)
+  inv_n = jnp.asarray(1.0 / x.shape[0], dtype)
+  return loss * inv_n, grad * inv_n
+
+
+@jax.custom_batching.custom_vmap
+def _loss_and_grad_two_pass(w, x, y):
+  """Two matrix-vector passes: ``z = x @ w``, then ``grad = r @ x``."""
+  return _loss_and_grad_dense(w, x, y)
+
+
+@_loss_and_grad_two_pass.def_vmap
+def _loss_and_grad_two_pass_vmap(axis_size, in_batched, w, x, y):
+  """Batching rule: many ``w`` against one dataset (repeats, seeds, privacy levels).
+
+  The default rule puts the batch axis first, ``(B, n)``, and XLA:CPU then
+  contracts ``(B, n) @ (n, d)`` at about half the speed of the same product
+  with the batch axis last. Keeping the margins as ``(n, B)`` avoids that and
+  every transpose: measured 16 DP-GD repeats on a1a.t at ~2.5x one repeat
+  instead of ~5x.
+  """
+  w_batched, x_batched, y_batched = in_batched
+  if x_batched or y_batched:
+    axes = tuple(0 if b else None for b in in_batched)
+    out = jax.vmap(_loss_and_grad_dense, in_axes=axes, axis_size=axis_size)(w, x, y)
+    return out, (True, True)
+  if axis_size == 1:  # Matrix-vector products are faster than an (n, 1) contraction.
+    loss, grad = _loss_and_grad_dense(w[0], x, y)
+    return (loss[None], grad[None]), (True, True)
+  dtype = jnp.result_type(w, x, y)
+  w, x, y = (a.astype(dtype) for a in (w, x, y))
+  inv_n = jnp.asarray(1.0 / x.shape[0], dtype)
+  margins = y[:, None] * lax.dot_general(x, w, (((1,), (1,)), ((), ())))  # (n, B)
+  per_example, r = _softplus_and_residual(margins, y[:, None])
+  loss = jnp.sum(per_example, axis=0) * inv_n
+  grad = lax.dot_general(r, x, (((0,), (0,)), ((), ()))) * inv_n  # (B, d)
+  return (loss, grad), (True, True)
 
 
 def logistic_grad_and_curvature(
