@@ -115,8 +115,3 @@ def gate(count: jax.Array, steps: int | None, name: str) -> jax.Array:
 def select(ok: jax.Array, new: Any, old: Any) -> Any:
   """``new`` where ``ok`` else ``old``, leaf by leaf (exact: a select, no arithmetic)."""
   return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
-
-
-# ----------------------------------------------------------------------------
-# DP-GD.
-# ----------------------------------------------------------------------------
