@@ -1,24 +1,173 @@
-"""Small benchmark harness: machine/version info and compile-excluded timing.
+"""The shared benchmark harness: datasets, machine record, timing, progress, results.
 
-Follows the hygiene of ecosystem.md section 6: record the load average next to
-the numbers, measure compile time separately, warm up, time with
-``block_until_ready``, report median and min, and interleave the variants
-being compared so that a change in machine load hits all of them alike.
+Every script under ``benchmarks/`` uses it, so that all results files carry
+the same record and all scripts take the same flags:
+
+* :func:`add_common_args` adds ``--data-dir`` (the LIBSVM files, default
+  ``../shared/data`` or ``$DPJAX_DATA_DIR``), ``--out-dir`` (default
+  ``benchmarks/results``) and ``--quick`` (a smoke run of under 2 minutes,
+  which CI runs; its outputs go to ``<out-dir>/quick/`` unless ``--out-dir``
+  is given, so a smoke run never overwrites committed full results).
+* :func:`load_dataset` loads a dataset of :data:`DATASETS` by name with the
+  paper preprocessing; a missing file raises :class:`MissingDataError`, whose
+  message names the file and the ``--data-dir`` flag.
+* :func:`machine_info` records the CPU, cores, load, versions, devices, the git
+  commit and the exact command; :func:`write_results` stores it beside every
+  JSON and markdown result.
+* :func:`progress` / :class:`ProgressBar` draw a dependency-free progress bar
+  over a grid (stderr).
+* :func:`compile_fn` and :func:`time_interleaved` keep compile time out of the
+  timings (ecosystem.md section 6: warm up, ``block_until_ready``, median and
+  min, interleave the variants being compared).
+* :data:`ALGORITHMS` and :func:`algorithm_family` read the algorithms from
+  :data:`dpjax.training.ALGORITHMS`: an algorithm added to ``dpjax.fit`` is
+  benchmarked by adding one line to :data:`FAMILIES` (its T grid family).
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
 import os
+import pathlib
 import platform
+import resource
 import shlex
 import statistics
+import subprocess
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
 import jaxlib
 import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "benchmarks" / "results"
+DEFAULT_DATA_DIR = pathlib.Path(os.environ.get("DPJAX_DATA_DIR", REPO.parent / "shared" / "data"))
+SCHEMA_VERSION = 1
+
+sys.path.insert(0, str(REPO))
+from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax import training  # noqa: E402  pylint: disable=g-import-not-at-top
+
+
+# ----------------------------------------------------------------------------
+# Datasets.
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+  """How to build one benchmark dataset (paper preprocessing throughout)."""
+
+  name: str
+  file: str | None  # LIBSVM file under --data-dir; None for generated data.
+  n_features: int | None = None
+  positive_label: float | None = None  # phishing: 0/1 labels, 1 -> +1.
+  synthetic_n: int | None = None
+  synthetic_d: int | None = None
+
+
+DATASETS = {
+    s.name: s
+    for s in (
+        DatasetSpec("a1a.t", "a1a.t.bz2", 123),
+        DatasetSpec("a9a", "a9a.bz2", 123),
+        DatasetSpec("w8a", "w8a.bz2", 300),
+        DatasetSpec("phishing", "phishing.bz2", 68, positive_label=1),
+        DatasetSpec("ijcnn1", "ijcnn1.bz2", 22),
+        DatasetSpec("synthetic", None, synthetic_n=10_000, synthetic_d=100),
+        # Covertype's size (n = 581,012, d = 54 with the intercept), generated
+        # like `synthetic` (spec-newton.md 5.1): the real file is not available.
+        DatasetSpec("covertype-synthetic", None, synthetic_n=581_012, synthetic_d=54),
+    )
+}
+
+
+class MissingDataError(FileNotFoundError):
+  """A benchmark dataset file is absent from ``--data-dir``."""
+
+
+def load_dataset(name: str, data_dir: os.PathLike | str = DEFAULT_DATA_DIR,
+                 *, seed: int = 0) -> data_lib.Dataset:
+  """Loads benchmark dataset ``name`` (a key of :data:`DATASETS`), float32.
+
+  LIBSVM files get the paper preprocessing of :func:`dpjax.data.load_libsvm`
+  (standardise, unit rows, intercept); ``phishing``'s 0/1 labels map to -1/+1.
+  Generated data uses :func:`dpjax.data.synthetic` with ``seed``.
+
+  Raises:
+    ValueError: unknown name.
+    MissingDataError: the file is not in ``data_dir``; the message names the
+      ``--data-dir`` flag.
+  """
+  if name not in DATASETS:
+    raise ValueError(f"unknown dataset {name!r}; choose from {sorted(DATASETS)}.")
+  spec = DATASETS[name]
+  if spec.file is None:
+    return data_lib.synthetic(seed, n=spec.synthetic_n, d=spec.synthetic_d)
+  path = pathlib.Path(data_dir) / spec.file
+  if not path.exists():
+    raise MissingDataError(
+        f"dataset {name!r} needs {spec.file}, which is not in {pathlib.Path(data_dir)}; pass "
+        "--data-dir DIR with the directory that holds the LIBSVM files (e.g. --data-dir "
+        "../shared/data), or leave the dataset out with --datasets."
+    )
+  return data_lib.load_libsvm(path, n_features=spec.n_features,
+                              positive_label=spec.positive_label)
+
+
+def dataset_bytes(ds: data_lib.Dataset) -> int:
+  """Bytes of the arrays a fit reads: ``x`` and ``y``."""
+  return int(np.asarray(ds.x).nbytes + np.asarray(ds.y).nbytes)
+
+
+# ----------------------------------------------------------------------------
+# Algorithms: one line per algorithm.
+# ----------------------------------------------------------------------------
+
+# algorithm -> its T-grid family. Adding an algorithm to `dpjax.fit` and one
+# line here puts it in every benchmark.
+FAMILIES = {
+    "dp-gd": "first-order",
+    "hess-clip": "second-order",
+    "hess-add": "second-order",
+    "qu-clip": "second-order",
+    "qu-add": "second-order",
+}
+ALGORITHMS = tuple(a for a in training.ALGORITHMS if a in FAMILIES)
+
+
+def algorithm_family(algorithm: str) -> str:
+  return FAMILIES[algorithm]
+
+
+# ----------------------------------------------------------------------------
+# Command line, machine record, results.
+# ----------------------------------------------------------------------------
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+  """Adds ``--data-dir``, ``--out-dir`` and ``--quick``."""
+  parser.add_argument(
+      "--data-dir", type=pathlib.Path, default=DEFAULT_DATA_DIR,
+      help=f"directory with the LIBSVM .bz2 files (default {DEFAULT_DATA_DIR}, or $DPJAX_DATA_DIR)")
+  parser.add_argument(
+      "--out-dir", type=pathlib.Path, default=None,
+      help=f"where results go (default {RESULTS_DIR}; with --quick, {RESULTS_DIR}/quick)")
+  parser.add_argument(
+      "--quick", action="store_true",
+      help="smoke run (small data and grids, under 2 minutes); CI runs it")
+
+
+def out_dir(args: argparse.Namespace) -> pathlib.Path:
+  """The results directory of a parsed command line (created)."""
+  path = args.out_dir or (RESULTS_DIR / "quick" if args.quick else RESULTS_DIR)
+  path.mkdir(parents=True, exist_ok=True)
+  return path
 
 
 def cpu_model() -> str:
@@ -32,24 +181,140 @@ def cpu_model() -> str:
   return platform.processor() or platform.machine()
 
 
+def git_commit() -> dict[str, Any]:
+  """The checkout's commit and whether it has uncommitted changes."""
+  def git(*a):
+    return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True, timeout=10)
+  try:
+    head = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+  except (OSError, subprocess.SubprocessError):
+    return {"commit": None, "dirty": None}
+  if head.returncode != 0:
+    return {"commit": None, "dirty": None}
+  return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+
+
 def machine_info() -> dict[str, Any]:
-  """CPU model, core counts, load average, versions and the command line."""
+  """CPU model, cores, load, memory, versions, devices, git commit and the command."""
   try:
     usable = len(os.sched_getaffinity(0))
   except AttributeError:  # pragma: no cover - non-Linux
     usable = os.cpu_count()
+  try:
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+  except (ValueError, OSError, AttributeError):  # pragma: no cover
+    mem_gib = None
   return {
       "cpu": cpu_model(),
       "cores": os.cpu_count(),
       "usable_cores": usable,
+      "memory_gib": None if mem_gib is None else round(mem_gib, 1),
       "load_average": [round(v, 2) for v in os.getloadavg()],
       "python": platform.python_version(),
       "jax": jax.__version__,
       "jaxlib": jaxlib.__version__,
       "numpy": np.__version__,
       "backend": jax.default_backend(),
+      "devices": [str(d) for d in jax.devices()],
+      **git_commit(),
       "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+      "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
   }
+
+
+def markdown_header(title: str, info: dict[str, Any]) -> list[str]:
+  """The title and the machine / versions / commit / command lines of a results file."""
+  commit = info.get("commit") or "unknown"
+  if info.get("dirty"):
+    commit += " (with uncommitted changes)"
+  return [
+      f"# {title}",
+      "",
+      f"- machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), "
+      f"{info.get('memory_gib')} GiB, backend {info['backend']}, "
+      f"load average at start {info['load_average']}",
+      f"- versions: python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, "
+      f"numpy {info['numpy']}",
+      f"- commit: {commit}; date: {info.get('date')}",
+      f"- command: `{info['command']}`",
+  ]
+
+
+def write_results(directory: pathlib.Path, stem: str, payload: dict[str, Any],
+                  markdown: str) -> tuple[pathlib.Path, pathlib.Path]:
+  """Writes ``<stem>.json`` (payload + schema version) and ``<stem>.md``."""
+  directory.mkdir(parents=True, exist_ok=True)
+  payload = {"schema": SCHEMA_VERSION, **payload}
+  json_path, md_path = directory / f"{stem}.json", directory / f"{stem}.md"
+  json_path.write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
+  md_path.write_text(markdown if markdown.endswith("\n") else markdown + "\n")
+  return json_path, md_path
+
+
+def _json_default(o: Any) -> Any:
+  if isinstance(o, np.ndarray):
+    return o.tolist()
+  if isinstance(o, (np.floating, np.integer, np.bool_)):
+    return o.item()
+  if isinstance(o, pathlib.Path):
+    return str(o)
+  raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def peak_rss_bytes() -> int:
+  """This process's peak resident set size so far (Linux ``ru_maxrss`` is KiB)."""
+  return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+# ----------------------------------------------------------------------------
+# Progress and timing.
+# ----------------------------------------------------------------------------
+
+
+class ProgressBar:
+  """``desc [#####.....] k/total elapsed label`` on stderr; ``update(label)`` per item.
+
+  On a terminal the line is redrawn in place; otherwise (logs, CI) one line is
+  written per update.
+  """
+
+  width = 28
+
+  def __init__(self, total: int, desc: str = "", stream=None):
+    self.total, self.desc, self.k = max(int(total), 1), desc, 0
+    self.stream = stream or sys.stderr
+    self.tty = self.stream.isatty()
+    self.t0 = time.perf_counter()
+
+  def _draw(self, label: str) -> None:
+    filled = int(self.width * min(self.k, self.total) / self.total)
+    line = (f"{self.desc} [{'#' * filled}{'.' * (self.width - filled)}] {self.k}/{self.total} "
+            f"{time.perf_counter() - self.t0:6.1f}s {label}")
+    self.stream.write(("\r" + line[:150].ljust(150)) if self.tty else line + "\n")
+    self.stream.flush()
+
+  def update(self, label: str = "") -> None:
+    """Announces the next item (``label``) and counts the previous one as done."""
+    self._draw(str(label)[:60])
+    self.k += 1
+
+  def close(self) -> None:
+    self._draw("done")
+    if self.tty:
+      self.stream.write("\n")
+    self.stream.flush()
+
+
+def progress(items: Iterable[Any], total: int | None = None, desc: str = "",
+             stream=None) -> Iterator[Any]:
+  """Yields ``items`` while drawing a :class:`ProgressBar` labelled with each item."""
+  items = list(items) if total is None else items
+  bar = ProgressBar(len(items) if total is None else total, desc, stream)
+  for item in items:
+    bar.update(str(item))
+    yield item
+  bar.close()
 
 
 def compile_fn(fn: Callable, *args) -> tuple[Callable, float]:
@@ -74,17 +339,4 @@ def time_interleaved(
       times[k].append((time.perf_counter() - t0) * 1e3)
   return [
       {"median_ms": statistics.median(t), "min_ms": min(t), "reps": len(t)} for t in times
-  ]
-
-
-def markdown_header(title: str, info: dict[str, Any]) -> list[str]:
-  """The title and the machine / versions / command lines of a results file."""
-  return [
-      f"# {title}",
-      "",
-      f"- machine: {info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), "
-      f"load average at start {info['load_average']}",
-      f"- versions: python {info['python']}, jax {info['jax']}, jaxlib {info['jaxlib']}, "
-      f"numpy {info['numpy']}, backend {info['backend']}",
-      f"- command: `{info['command']}`",
   ]

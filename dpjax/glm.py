@@ -379,4 +379,113 @@ def logistic_grad_and_curvature(
   """
   _validate.choice(curvature, "curvature", CURVATURES)
   n, d = _validate_wxy(w, x, y)
-  return _fused(w, x, y, curvature=curvature, rows=_block_rows(n, d, chunk_size, x))
+  rows = _block_rows(n, d, chunk_size, x)
+  if chunk_size is None and jax.default_backend() == "cpu" and not _is_multi_device(x):
+    return LossGradCurvature(*_batchable_fused(curvature, rows)(w, x, y))
+  return _fused(w, x, y, curvature=curvature, rows=rows)
+
+
+# Rows per block of the packed batched rule hold about this many products
+# x_ij x_ik (8 MiB in float32).
+_PACKED_BLOCK_ELEMENTS = 2**21
+
+
+@functools.lru_cache(maxsize=None)
+def _batchable_fused(curvature: str, rows: int):
+  """``_fused`` with a batching rule for many ``w`` against one dataset.
+
+  Under ``vmap`` over ``w`` only (repeats, seeds, privacy levels) the default
+  rule batches every block's products, whose ``B x rows x d`` temporaries
+  overflow the cache: measured 1.3-3x slower per member than one unbatched
+  pass. The rule instead picks, for ``B`` members and ``d`` features:
+
+  * ``B < d / 2``: ``lax.map`` over the members, each one cache-blocked pass
+    (the unbatched cost per member);
+  * ``B >= d / 2``: per row block, the packed upper triangle
+    ``K[i, (j, k)] = x_ij x_ik`` (``j <= k``, ``P = d (d + 1) / 2`` columns)
+    is formed once for the whole batch and contracted with the ``[rows, B]``
+    curvature coefficients in one large product: half the flops of the full
+    Gram (symmetry) in a matmul shape that runs near peak. The matrix is
+    gathered from the packed triangle, so it is exactly symmetric.
+
+  Measured per member (AMD EPYC, 2 cores): a1a.t (d = 124) 7.4 ms unbatched,
+  4.1 ms packed at B = 80; w8a (d = 301) at B = 80 and covertype size
+  (d = 54) at B = 16 are faster per member with the map (53 vs 56 ms, 46 vs
+  60 ms), hence the threshold.
+  """
+  coefficient = _COEFFICIENTS[curvature]
+
+  @jax.custom_batching.custom_vmap
+  def fn(w, x, y):
+    return tuple(_fused(w, x, y, curvature=curvature, rows=rows))
+
+  @fn.def_vmap
+  def rule(axis_size, in_batched, w, x, y):
+    single = lambda w, x, y: tuple(_fused(w, x, y, curvature=curvature, rows=rows))  # noqa: E731
+    if in_batched[1] or in_batched[2]:
+      axes = tuple(0 if b else None for b in in_batched)
+      return jax.vmap(single, in_axes=axes, axis_size=axis_size)(w, x, y), (True, True, True)
+    if _MAP_ONLY or 2 * axis_size < x.shape[1]:
+      # Fewer members than d / 2: one cache-blocked pass per member, in
+      # sequence (the default rule's batched blocks overflow the cache).
+      return lax.map(lambda wi: single(wi, x, y), w), (True, True, True)
+    return _packed_batched(w, x, y, coefficient), (True, True, True)
+
+  return fn
+
+
+_MAP_ONLY = False  # benchmarks/tests: force the per-member path.
+
+
+def _packed_batched(w, x, y, coefficient):
+  """Loss [B], gradient [B, d] and SOI [B, d, d] for a batch ``w`` [B, d] (see above)."""
+  dtype = jnp.result_type(w, x, y)
+  w, x, y = (a.astype(dtype) for a in (w, x, y))
+  n, d = x.shape
+  b = w.shape[0]
+  iu, ju = _triu(d)  # static numpy indices
+  p = iu.shape[0]
+  rows = int(min(n, max(8, _PACKED_BLOCK_ELEMENTS // p)))
+
+  def block(xb, yb):
+    z = lax.dot_general(xb, w, (((1,), (1,)), ((), ())))  # (rows, B)
+    per_example, r = _softplus_and_residual(yb[:, None] * z, yb[:, None])
+    c = coefficient(z)
+    packed = xb[:, iu] * xb[:, ju]  # (rows, P)
+    contract = (((0,), (0,)), ((), ()))
+    return (jnp.sum(per_example, axis=0), lax.dot_general(r, xb, contract),
+            lax.dot_general(c, packed, contract))
+
+  add = functools.partial(jax.tree.map, jnp.add)
+  num_iter = n // rows
+  zeros = (jnp.zeros((b,), dtype), jnp.zeros((b, d), dtype), jnp.zeros((b, p), dtype))
+
+  def body(i, acc):
+    xb = lax.dynamic_slice_in_dim(x, i * rows, rows)
+    yb = lax.dynamic_slice_in_dim(y, i * rows, rows)
+    return add(acc, block(xb, yb))
+
+  acc = lax.fori_loop(0, num_iter, body, zeros)
+  if n > num_iter * rows:
+    acc = add(acc, block(x[num_iter * rows:], y[num_iter * rows:]))
+  loss, grad, packed_matrix = acc
+  inv_n = jnp.asarray(1.0 / n, dtype)
+  matrix = packed_matrix[:, _triu_index(d)]  # (B, d, d), exactly symmetric.
+  return loss * inv_n, grad * inv_n, matrix * inv_n
+
+
+@functools.lru_cache(maxsize=16)
+def _triu(d: int):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return np.triu_indices(d)
+
+
+@functools.lru_cache(maxsize=16)
+def _triu_index(d: int):
+  """``[d, d]`` int array: the packed position of entry (j, k) (and of (k, j))."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  index = np.zeros((d, d), np.int32)
+  iu, ju = np.triu_indices(d)
+  index[iu, ju] = np.arange(iu.size)
+  index[ju, iu] = np.arange(iu.size)
+  return index

@@ -172,12 +172,15 @@ def modified_solve(
   ok = jnp.all(jnp.isfinite(chol), axis=(-2, -1))
   safe_chol = jnp.where(ok[..., None, None], chol, eye)
   x_chol = jsl.cho_solve((safe_chol, True), g[..., None])[..., 0]
+  # A breakdown can also show as a non-finite solve; the fallback covers both.
+  ok = jnp.logical_and(ok, jnp.all(jnp.isfinite(x_chol), axis=-1))
 
   def fallback() -> jax.Array:
     # Under vmap the cond below becomes a select and both branches run. Feeding
-    # the eigendecomposition a matrix that depends on the Cholesky result orders
-    # the two LAPACK calls: run side by side, XLA:CPU's batched potrf and syevd
-    # kernels were seen to deadlock waiting for each other's thread pool.
+    # the eigendecomposition a matrix that depends on the Cholesky factor AND
+    # the triangular solves orders the LAPACK calls: run side by side,
+    # XLA:CPU's batched kernels (potrf or trsm next to syevd) were seen to
+    # deadlock waiting for each other on the 2-thread pool.
     h_fallback = jnp.where(ok[..., None, None], eye, h)
     return _eigen_solve(*_add_spectrum(h_fallback, lam), g)
 

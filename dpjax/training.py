@@ -23,7 +23,7 @@ import inspect
 import math
 import numbers
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +44,9 @@ __all__ = [
     "SEPARABLE_RIDGE",
     "FitResult",
     "fit",
+    "fit_levels",
+    "fit_step",
+    "make_transform",
     "optimum_loss",
 ]
 
@@ -97,7 +100,8 @@ class FitResult(NamedTuple):
     algorithm: one of ``ALGORITHMS``.
     n, d, steps, repeats: problem size and run length.
     seconds_compile: lowering + compilation of the whole run.
-    seconds_run: the compiled run (all repeats), until the results are ready.
+    seconds_run: the compiled run (all repeats), until the results are ready
+      (the fastest of ``timing_runs`` executions).
     guard_resets: ``[repeats]`` int, how often the divergence guard fired.
     rho_spent: ``[repeats]`` float64 total charged to each repeat's
       accountant (read from the final transform states; equals ``rho``).
@@ -245,6 +249,7 @@ def fit(
     accounting: str = "gaussian",
     init: str = "zeros",
     guard_radius: float = DEFAULT_GUARD_RADIUS,
+    timing_runs: int = 1,
     **algorithm_options: Any,
 ) -> FitResult:
   """Runs a private algorithm ``repeats`` times in one compiled call.
@@ -315,6 +320,11 @@ def fit(
     init: ``"zeros"`` or ``"random-unit"``.
     guard_radius: public bound on ``||w_t||`` (> 0, and > 1 for
       ``"random-unit"``).
+    timing_runs: how many times the compiled run executes (>= 1);
+      ``seconds_run`` is the fastest. The first execution of a new program
+      pays one-time costs (up to 3x the run on short Newton fits), so
+      benchmarks pass 2 or more. Every execution draws the same noise (same
+      keys), so the results do not depend on it.
     **algorithm_options: forwarded to the transform factory.
 
   Returns:
@@ -340,6 +350,180 @@ def fit(
     True
   """
   # --- Eager validation: nothing below compiles or runs before it passes.
+  plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
+               guard_radius=guard_radius, timing_runs=timing_runs, options=algorithm_options)
+  rho, epsilon, delta = _budget(plan.n, epsilon, rho, delta, accounting)
+  plan.factory(key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
+  return _execute(plan, [(rho, epsilon, delta, accounting)], batched=False)[0]
+
+
+def fit_levels(
+    data: Any,
+    algorithm: str,
+    *,
+    epsilons: Sequence[float] | None = None,
+    rhos: Sequence[float] | None = None,
+    delta: float | None = None,
+    steps: int,
+    repeats: int = 1,
+    seed: int = 0,
+    accounting: str | Sequence[str] = "gaussian",
+    init: str = "zeros",
+    guard_radius: float = DEFAULT_GUARD_RADIUS,
+    timing_runs: int = 1,
+    **algorithm_options: Any,
+) -> list[FitResult]:
+  """:func:`fit` at several privacy levels in one compiled program.
+
+  The run is ``jit(vmap over levels (vmap over repeats (scan over steps)))``:
+  one compilation serves every level, which is what a privacy-utility sweep
+  needs (compiling :func:`fit` once per level costs more than the runs for
+  short Newton fits). The budget reaches the transform as a traced scalar, so
+  each level's noise scales are computed in the graph from its own ``rho``
+  and charged to its own accountant in the data's dtype (see
+  :func:`dpjax.transforms.dp_gd`); ``rho_spent`` reports what was charged.
+
+  Every level uses the same ``seed``, hence the same per-repeat keys and
+  starting points as :func:`fit` with that seed: level ``i`` reproduces
+  ``fit(..., rho=rhos[i], seed=seed)`` up to float rounding of the noise
+  scales, and the levels share their random numbers (common random numbers:
+  differences between levels are not blurred by independent noise draws).
+
+  Args:
+    data, algorithm, steps, repeats, seed, init, guard_radius, timing_runs,
+      **algorithm_options: as in :func:`fit`.
+    epsilons: target epsilons (each > 0), or
+    rhos: total zCDP budgets (each > 0); exactly one of the two, non-empty.
+    delta: in (0, 1); default ``1 / n**2``, shared by all levels.
+    accounting: one conversion method for all levels, or one per level (e.g.
+      the same epsilon under ``"paper"`` and ``"gaussian"``).
+
+  Returns:
+    One :class:`FitResult` per level, in order. ``seconds_compile`` and
+    ``seconds_run`` are those of the whole program (all levels and repeats)
+    and are the same in every result.
+
+  Raises:
+    ValueError, TypeError: eagerly, as :func:`fit`, for any bad level too.
+
+  Examples:
+    >>> import dpjax
+    >>> from dpjax import data, training
+    >>> ds = data.synthetic(0, n=1000, d=5)
+    >>> res = training.fit_levels(ds, "dp-gd", epsilons=[0.5, 0.5, 5.0], steps=20,
+    ...                           repeats=4, accounting=["paper", "gaussian", "gaussian"])
+    >>> [r.accounting for r in res], [round(r.epsilon, 6) for r in res]
+    (['paper', 'gaussian', 'gaussian'], [0.5, 0.5, 5.0])
+    >>> bool(res[0].rho < res[1].rho), res[2].excess_losses.shape
+    (True, (4,))
+    >>> bool(res[2].excess_loss_mean < res[1].excess_loss_mean)
+    True
+  """
+  plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
+               guard_radius=guard_radius, timing_runs=timing_runs, options=algorithm_options)
+  if (epsilons is None) == (rhos is None):
+    raise ValueError(
+        "pass exactly one of epsilons=[...] and rhos=[...]; got "
+        + ("neither." if epsilons is None else "both.")
+    )
+  values = epsilons if rhos is None else rhos
+  values_name = "epsilons" if rhos is None else "rhos"
+  if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+    raise TypeError(f"{values_name} must be a sequence of numbers, got {type(values).__name__}.")
+  values = list(values)
+  if not values:
+    raise ValueError(f"{values_name} is empty; pass at least one privacy level.")
+  if isinstance(accounting, str):
+    methods = [accounting] * len(values)
+  else:
+    methods = list(accounting)
+    if len(methods) != len(values):
+      raise ValueError(
+          f"accounting has {len(methods)} entries but {values_name} has {len(values)}; pass "
+          "one method for all levels or one per level."
+      )
+  levels = []
+  for i, (value, method) in enumerate(zip(values, methods)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+      raise TypeError(f"{values_name}[{i}] must be a number, got {type(value).__name__}.")
+    eps, rho = (value, None) if rhos is None else (None, value)
+    try:
+      levels.append((*_budget(plan.n, eps, rho, delta, method), method))
+    except ValueError as err:
+      raise ValueError(f"privacy level {i}: {err}") from None
+  for rho, *_ in levels:
+    plan.factory(key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
+  return _execute(plan, levels, batched=True)
+
+
+def make_transform(algorithm: str, **kwargs: Any) -> tuple[Any, str | None]:
+  """``(transform, curvature)`` that :func:`fit` builds for ``algorithm``.
+
+  ``kwargs`` go to the factory (``n``, the budget, ``steps``, ``key`` and the
+  algorithm's options); ``curvature`` is ``None`` for first-order methods,
+  else the SOI kind (``"hessian"`` or ``"qu"``) the step must compute.
+
+  Examples:
+    >>> from dpjax import training
+    >>> tx, curvature = training.make_transform("qu-add", n=100, rho=1.0, steps=2, key=0)
+    >>> curvature
+    'qu'
+  """
+  algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS)
+  factory_name, fixed, curvature = _ALGORITHM_SPECS[algorithm]
+  return getattr(transforms, factory_name)(**fixed, **kwargs), curvature
+
+
+def fit_step(tx: Any, curvature: str | None, w0: jax.Array,
+             guard_radius: float = DEFAULT_GUARD_RADIUS) -> Callable:
+  """One iteration of a :func:`fit` run: ``step(w, state, x, y)``.
+
+  The fused data pass at ``w`` (:func:`dpjax.glm.logistic_loss_and_grad`, or
+  :func:`dpjax.glm.logistic_grad_and_curvature` with ``curvature``), the
+  transform's update, ``optax.apply_updates`` and the public divergence
+  guard (reset to ``w0`` when ``||w|| > guard_radius`` or not finite).
+
+  Returns:
+    ``step(w, state, x, y) -> (w_next, state, loss_at_w, diverged)``.
+  """
+
+  def step(w, state, x, y):
+    if curvature is None:
+      loss, grad = glm.logistic_loss_and_grad(w, x, y)
+      updates, state = tx.update(grad, state, w)
+    else:
+      loss, grad, matrix = glm.logistic_grad_and_curvature(w, x, y, curvature)
+      updates, state = tx.update(grad, state, w, curvature_matrix=matrix)
+    w = optax.apply_updates(w, updates)
+    # Public guard: `not (norm <= R)` is also True for NaN.
+    diverged = jnp.logical_not(jnp.linalg.norm(w) <= guard_radius)
+    return jnp.where(diverged, w0, w), state, loss, diverged
+
+  return step
+
+
+class _Plan(NamedTuple):
+  """A validated run, everything but the privacy level."""
+
+  algorithm: str
+  x: np.ndarray
+  y: np.ndarray
+  n: int
+  d: int
+  steps: int
+  repeats: int
+  seed: int
+  init: str
+  guard_radius: float
+  timing_runs: int
+  factory: Callable
+  kwargs: dict
+  curvature: str | None
+
+
+def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_runs,
+          options) -> _Plan:
+  """The eager checks shared by :func:`fit` and :func:`fit_levels`."""
   algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS)
   ds = data_lib.validate_dataset(data)
   if not (_validate.is_concrete(ds.x) and _validate.is_concrete(ds.y)):
@@ -359,6 +543,7 @@ def fit(
   steps = _validate.positive_int(steps, "steps")
   repeats = _validate.positive_int(repeats, "repeats")
   seed = _check_seed(seed)
+  timing_runs = _validate.positive_int(timing_runs, "timing_runs")
   init = _validate.choice(init, "init", INITS)
   guard_radius = _validate.positive_float(guard_radius, "guard_radius")
   if init == "random-unit" and guard_radius <= 1.0:
@@ -366,41 +551,38 @@ def fit(
         f"guard_radius={guard_radius:g} must exceed ||w0|| = 1 for init='random-unit', "
         "or every step would reset; pass a larger guard_radius."
     )
-  rho, epsilon, delta = _budget(n, epsilon, rho, delta, accounting)
-
   factory_name, fixed, curvature = _ALGORITHM_SPECS[algorithm]
   factory = getattr(transforms, factory_name)
-  _check_options(algorithm, factory, algorithm_options)
-  kwargs = dict(fixed, n=n, rho=rho, steps=steps, **algorithm_options)
-  # Build one transform on the host: runs every constructor check eagerly
-  # (e.g. clip with min_eigenvalue <= 1/(4n)) before anything is compiled.
-  factory(key=0, **kwargs)
+  _check_options(algorithm, factory, options)
+  kwargs = dict(fixed, n=n, steps=steps, **options)
+  return _Plan(algorithm, x, y, n, d, steps, repeats, seed, init, guard_radius, timing_runs,
+               factory, kwargs, curvature)
 
+
+def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
+  """Compiles and runs ``plan`` at ``levels`` = [(rho, epsilon, delta, method)].
+
+  ``batched=False`` (one level) closes over the Python ``rho``: exact host
+  calibration and charges. ``batched=True`` vmaps over a traced ``rho``.
+  """
+  x, y, d, init, factory, kwargs = plan.x, plan.y, plan.d, plan.init, plan.factory, plan.kwargs
+  curvature, guard_radius, steps = plan.curvature, plan.guard_radius, plan.steps
   loss_star, ridge = optimum_loss(x, y)
 
-  # --- The compiled run.
-  def one_repeat(key, x, y):
+  def one_repeat(key, rho, x, y):
     init_key, tx_key = jax.random.split(key)
     if init == "zeros":
       w0 = jnp.zeros((d,), x.dtype)
     else:
       g = jax.random.normal(init_key, (d,), x.dtype)
       w0 = g / jnp.linalg.norm(g)
-    tx = factory(key=tx_key, **kwargs)
+    tx = factory(key=tx_key, rho=rho, **kwargs)
     state = tx.init(w0)
+    one_step = fit_step(tx, curvature, w0, guard_radius)
 
     def step(carry, _):
       w, state, resets = carry
-      if curvature is None:
-        loss, grad = glm.logistic_loss_and_grad(w, x, y)
-        updates, state = tx.update(grad, state, w)
-      else:
-        loss, grad, matrix = glm.logistic_grad_and_curvature(w, x, y, curvature)
-        updates, state = tx.update(grad, state, w, curvature_matrix=matrix)
-      w = optax.apply_updates(w, updates)
-      # Public guard: `not (norm <= R)` is also True for NaN.
-      diverged = jnp.logical_not(jnp.linalg.norm(w) <= guard_radius)
-      w = jnp.where(diverged, w0, w)
+      w, state, loss, diverged = one_step(w, state, x, y)
       return (w, state, resets + diverged.astype(jnp.int32)), loss
 
     carry = (w0, state, jnp.zeros((), jnp.int32))
@@ -408,21 +590,44 @@ def fit(
     losses = jnp.concatenate([losses, glm.logistic_loss(w, x, y)[None]])
     return w, losses, resets, state
 
-  run = jax.jit(jax.vmap(one_repeat, in_axes=(0, None, None)))
-  keys = jax.random.split(jax.random.key(seed), repeats)
+  keys = jax.random.split(jax.random.key(plan.seed), plan.repeats)
   xj, yj = jax.device_put(x), jax.device_put(y)
-  jax.block_until_ready((xj, yj, keys))
+  if batched:
+    repeats_fn = jax.vmap(one_repeat, in_axes=(0, None, None, None))
+    run = jax.jit(jax.vmap(repeats_fn, in_axes=(None, 0, None, None)))
+    args = (keys, jnp.asarray([lv[0] for lv in levels], x.dtype), xj, yj)
+  else:
+    rho = levels[0][0]
+    run = jax.jit(jax.vmap(lambda key, x, y: one_repeat(key, rho, x, y), in_axes=(0, None, None)))
+    args = (keys, xj, yj)
+  jax.block_until_ready(args)
 
   t0 = time.perf_counter()
-  compiled = run.lower(keys, xj, yj).compile()
+  compiled = run.lower(*args).compile()
   seconds_compile = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  out = jax.block_until_ready(compiled(keys, xj, yj))
-  seconds_run = time.perf_counter() - t0
+  seconds_run = math.inf
+  for _ in range(plan.timing_runs):
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(compiled(*args))
+    seconds_run = min(seconds_run, time.perf_counter() - t0)
 
-  params, losses, resets, state = jax.device_get(out)
+  out = jax.device_get(out)
+  if not batched:
+    out = jax.tree.map(lambda a: a[None], out)
+  results = []
+  for i, (rho, epsilon, delta, method) in enumerate(levels):
+    params, losses, resets, state = jax.tree.map(lambda a: a[i], out)
+    results.append(_result(plan, params, losses, resets, state, rho=rho, epsilon=epsilon,
+                           delta=delta, method=method, loss_star=loss_star, ridge=ridge,
+                           seconds_compile=seconds_compile, seconds_run=seconds_run))
+  return results
+
+
+def _result(plan, params, losses, resets, state, *, rho, epsilon, delta, method, loss_star,
+            ridge, seconds_compile, seconds_run) -> FitResult:
+  repeats = plan.repeats
   params = np.asarray(params)
-  excess = _host_losses(params, x, y) - loss_star
+  excess = _host_losses(params, plan.x, plan.y) - loss_star
   se = float(np.std(excess, ddof=1) / math.sqrt(repeats)) if repeats > 1 else 0.0
   return FitResult(
       params=params,
@@ -435,11 +640,11 @@ def fit(
       rho=float(rho),
       epsilon=float(epsilon),
       delta=float(delta),
-      accounting=accounting,
-      algorithm=algorithm,
-      n=int(n),
-      d=int(d),
-      steps=steps,
+      accounting=method,
+      algorithm=plan.algorithm,
+      n=int(plan.n),
+      d=int(plan.d),
+      steps=plan.steps,
       repeats=repeats,
       seconds_compile=seconds_compile,
       seconds_run=seconds_run,

@@ -27,3 +27,21 @@ def x64():
   """Runs the test body with float64 enabled in JAX (restored afterwards)."""
   with jax.enable_x64(True):
     yield
+
+
+BENCHMARKS_DIR = REPO_ROOT / "benchmarks"
+
+
+def load_benchmark(name: str):
+  """Imports ``benchmarks/<name>.py`` as a module (``benchmarks/`` is not a package)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  if str(BENCHMARKS_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCHMARKS_DIR))
+  if name in sys.modules:
+    return sys.modules[name]
+  spec = importlib.util.spec_from_file_location(name, BENCHMARKS_DIR / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module
+  spec.loader.exec_module(module)
+  return module

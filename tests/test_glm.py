@@ -10,7 +10,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from dpjax import glm
+from dpjax import data, glm
 
 N, D = 37, 5
 
@@ -340,3 +340,32 @@ def test_loss_and_grad_batching_rule_matches_loop(batch, jit):
   np.testing.assert_allclose(per_x[1][0], grad[0], rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(
       per_x[1][1], glm.logistic_loss_and_grad(ws[0], x[::-1], y)[1], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("curvature", glm.CURVATURES)
+@pytest.mark.parametrize("batch,n", [(3, 1000), (12, 1000), (12, 1003)])
+@pytest.mark.parametrize("jit", [True, False])
+def test_batching_rule_matches_loop(curvature, batch, n, jit):
+  # d = 20: batch 3 takes the per-member map, batch 12 (>= d / 2) the packed
+  # triangle; n = 1003 also exercises the ragged tail block.
+  x, y = data.synthetic(0, n=n, d=20)
+  x, y = jnp.asarray(x), jnp.asarray(y)
+  ws = 0.5 * jax.random.normal(jax.random.key(1), (batch, 20))
+  fn = lambda w: glm.logistic_grad_and_curvature(w, x, y, curvature)  # noqa: E731
+  vfn = jax.vmap(fn)
+  batched = (jax.jit(vfn) if jit else vfn)(ws)
+  assert np.array_equal(batched.matrix, np.swapaxes(batched.matrix, 1, 2))
+  for k in range(batch):
+    single = glm.logistic_grad_and_curvature(ws[k], x, y, curvature, chunk_size=n)
+    for a, b in zip(batched, single):
+      np.testing.assert_allclose(a[k], b, rtol=2e-5, atol=1e-7)
+
+
+def test_packed_rule_float64(x64):
+  x, y = data.synthetic(0, n=500, d=6, dtype=np.float64)
+  ws = jax.random.normal(jax.random.key(2), (4, 6), jnp.float64)
+  batched = jax.vmap(lambda w: glm.logistic_grad_and_curvature(w, x, y, "hessian"))(ws)
+  assert batched.matrix.dtype == jnp.float64
+  for k in range(4):
+    ref = jax.hessian(glm.logistic_loss)(ws[k], jnp.asarray(x), jnp.asarray(y))
+    np.testing.assert_allclose(batched.matrix[k], ref, rtol=1e-12, atol=1e-15)

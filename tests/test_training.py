@@ -246,3 +246,48 @@ def test_float64_matches_float32(x64):
   np.testing.assert_allclose(r32.params, r64.params, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(r32.excess_losses, r64.excess_losses, rtol=1e-4, atol=1e-9)
   np.testing.assert_allclose(r32.losses, r64.losses, rtol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["dp-gd", "hess-clip", "qu-add"])
+def test_fit_levels_matches_fit_per_level(algorithm, small):
+  eps = [0.5, 2.0, 2.0]
+  methods = ["gaussian", "paper", "gaussian"]
+  many = fit_lib.fit_levels(small, algorithm, epsilons=eps, accounting=methods, steps=4,
+                            repeats=3, seed=7, init="random-unit")
+  assert len(many) == 3
+  for res, e, m in zip(many, eps, methods):
+    one = fit_lib.fit(small, algorithm, epsilon=e, accounting=m, steps=4, repeats=3, seed=7,
+                      init="random-unit")
+    assert (res.epsilon, res.accounting, res.rho) == (one.epsilon, one.accounting, one.rho)
+    np.testing.assert_allclose(res.params, one.params, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(res.excess_losses, one.excess_losses, rtol=1e-3, atol=1e-7)
+    # Charged in float32 under vmap: within float32 rounding of each step's charge.
+    np.testing.assert_allclose(res.rho_spent, one.rho, rtol=1e-6)
+    assert res.seconds_run == many[0].seconds_run
+  # More budget, less noise: the eps=2 gaussian level beats the eps=0.5 one.
+  assert many[2].excess_loss_mean < many[0].excess_loss_mean
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({}, ValueError, "exactly one of epsilons"),
+        ({"epsilons": [1.0], "rhos": [0.1]}, ValueError, "exactly one of epsilons"),
+        ({"epsilons": []}, ValueError, "epsilons is empty"),
+        ({"epsilons": 1.0}, TypeError, "sequence"),
+        ({"epsilons": [1.0, -1.0]}, ValueError, "privacy level 1: epsilon"),
+        ({"rhos": [0.1, "a"]}, TypeError, r"rhos\[1\] must be a number"),
+        ({"epsilons": [1.0, 2.0], "accounting": ["paper"]}, ValueError, "accounting has 1"),
+        ({"epsilons": [1.0], "accounting": ["nope"]}, ValueError, "accounting"),
+        ({"epsilons": [1.0], "timing_runs": 0}, ValueError, "timing_runs"),
+    ],
+)
+def test_fit_levels_bad_input(kwargs, error, match, small):
+  with pytest.raises(error, match=match):
+    fit_lib.fit_levels(small, "dp-gd", steps=2, **kwargs)
+
+
+def test_timing_runs_keeps_results(small):
+  a = fit_lib.fit(small, "hess-clip", epsilon=1.0, steps=3, repeats=2, timing_runs=3)
+  b = fit_lib.fit(small, "hess-clip", epsilon=1.0, steps=3, repeats=2)
+  np.testing.assert_array_equal(a.params, b.params)

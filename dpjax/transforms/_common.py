@@ -18,11 +18,33 @@ import numpy as np
 from dpjax import _validate
 
 
-def per_step_budget(rho: Any, steps: Any, rho_per_step: Any) -> tuple[float, int | None]:
+def budget_value(value: Any, name: str) -> Any:
+  """A zCDP amount: a Python number > 0, or a scalar float jax array.
+
+  An array may be traced (e.g. ``jax.vmap`` over privacy levels); it is then
+  checked for shape and dtype only, and every noise scale derived from it is
+  computed in the graph, in its dtype. A concrete array is also checked to be
+  finite and > 0. Python numbers are returned as floats, arrays unchanged.
+  """
+  if isinstance(value, jax.Array):
+    if value.shape != () or not jnp.issubdtype(value.dtype, jnp.floating):
+      raise TypeError(
+          f"{name} must be a number or a scalar float array, got an array of shape "
+          f"{value.shape} and dtype {value.dtype}; vmap over privacy levels instead of "
+          "passing a vector."
+      )
+    if _validate.is_concrete(value):
+      _validate.positive_float(float(jax.device_get(value)), name)
+    return value
+  return _validate.positive_float(value, name)
+
+
+def per_step_budget(rho: Any, steps: Any, rho_per_step: Any) -> tuple[Any, int | None]:
   """Resolves the two budget forms to ``(rho_per_step, steps or None)``.
 
   (a) ``rho=<total>, steps=<T>`` gives ``rho / T`` per step, at most T steps;
   (b) ``rho_per_step=<r>``, optionally with ``steps=T`` to enforce a limit.
+  Amounts are Python numbers or scalar float arrays (:func:`budget_value`).
   """
   if rho is not None and rho_per_step is not None:
     raise ValueError(
@@ -36,14 +58,14 @@ def per_step_budget(rho: Any, steps: Any, rho_per_step: Any) -> tuple[float, int
     )
   steps = None if steps is None else _validate.positive_int(steps, "steps")
   if rho is not None:
-    rho = _validate.positive_float(rho, "rho")
+    rho = budget_value(rho, "rho")
     if steps is None:
       raise ValueError(
           "rho is a total budget and needs steps=<T> to split it (rho / T per step); "
           "pass steps, or pass rho_per_step instead."
       )
     return rho / steps, steps
-  return _validate.positive_float(rho_per_step, "rho_per_step"), steps
+  return budget_value(rho_per_step, "rho_per_step"), steps
 
 
 def canonical_key(key: Any) -> jax.Array:

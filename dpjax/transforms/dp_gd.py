@@ -50,9 +50,9 @@ class DPGDState(NamedTuple):
 def dp_gd(
     *,
     n: int,
-    rho: float | None = None,
+    rho: float | jax.Array | None = None,
     steps: int | None = None,
-    rho_per_step: float | None = None,
+    rho_per_step: float | jax.Array | None = None,
     learning_rate: float = 4.0,
     grad_norm_bound: float = 1.0,
     key: int | jax.Array,
@@ -76,10 +76,14 @@ def dp_gd(
   under ``jit``/``vmap``/``scan`` it returns zeros, charges nothing and sets
   ``state.budget_exhausted``.
 
-  The privacy parameters must be Python numbers (they are validated eagerly and
-  calibrate the noise on the host); the ``key`` may be traced, so the
-  transform can be built inside a ``vmap`` over keys. Do not lift these
-  arguments into ``optax.inject_hyperparams``.
+  The budget is normally a Python number: it is validated eagerly, the noise
+  is calibrated on the host in float64 and the accountant is charged the exact
+  amount. It may also be a scalar float jax array, possibly traced, so that
+  one compiled program serves many privacy levels (build the transform inside
+  a ``jax.vmap`` over ``rho``); then ``s`` is computed in the graph and the
+  charge is the array's value, both in its dtype (float32 rounds the charge
+  by at most 2^-24 relative). The ``key`` may be traced too (a ``vmap`` over
+  keys). Do not lift these arguments into ``optax.inject_hyperparams``.
 
   Args:
     n: number of examples (public).

@@ -64,7 +64,7 @@ _FLOOR_FACTOR = 4.0
 
 
 class NewtonBudget(NamedTuple):
-  """Per-step zCDP budget split of Algorithm 3 (Python floats)."""
+  """Per-step zCDP budget split of Algorithm 3 (Python floats, or arrays for an array budget)."""
 
   rho_grad: float  # the gradient query.
   rho_trace: float  # the trace query (0 for a fixed lambda).
@@ -90,7 +90,7 @@ class DPNewtonState(NamedTuple):
 
 
 def newton_budget(
-    rho_per_step: float, *, grad_frac: float, trace_frac: float, adaptive: bool
+    rho_per_step: float | jax.Array, *, grad_frac: float, trace_frac: float, adaptive: bool
 ) -> NewtonBudget:
   """Splits one step's budget between gradient, trace and direction.
 
@@ -107,7 +107,7 @@ def newton_budget(
     adaptive: whether lambda is chosen privately from the trace.
 
   Returns:
-    :class:`NewtonBudget` of Python floats.
+    :class:`NewtonBudget` of Python floats (of arrays for an array ``rho_per_step``).
 
   Examples:
     >>> from dpjax.transforms import newton_budget
@@ -115,7 +115,7 @@ def newton_budget(
     >>> [f"{r:.5g}" for r in b]
     ['0.0020151', '8.6361e-05', '0.00077725']
   """
-  rho_t = _validate.positive_float(rho_per_step, "rho_per_step")
+  rho_t = _common.budget_value(rho_per_step, "rho_per_step")
   gamma = _validate.float_in_open_interval(grad_frac, "grad_frac", 0.0, 1.0)
   tau = _validate.float_in_open_interval(trace_frac, "trace_frac", 0.0, 1.0)
   adaptive = _common.check_flag(adaptive, "adaptive")
@@ -218,11 +218,11 @@ def adaptive_min_eigenvalue(
     0.0108763
   """
   n = _validate.positive_int(n, "n")
-  rho_direction = _validate.positive_float(rho_direction, "rho_direction")
+  rho_direction = _common.budget_value(rho_direction, "rho_direction")
   trace_coeff = _validate.positive_float(trace_coeff, "trace_coeff")
   floor = _validate.positive_float(floor, "floor")
   scale = trace_coeff / (float(n) * float(n) * rho_direction)
-  if _is_python_number(noisy_trace):
+  if _is_python_number(noisy_trace) and _is_python_number(rho_direction):
     _validate.check_finite(noisy_trace, "noisy_trace")
     t = float(noisy_trace)
     return max((scale * max(0.0, t)) ** (1.0 / 3.0), floor)
@@ -238,9 +238,9 @@ def adaptive_min_eigenvalue(
 def dp_newton(
     *,
     n: int,
-    rho: float | None = None,
+    rho: float | jax.Array | None = None,
     steps: int | None = None,
-    rho_per_step: float | None = None,
+    rho_per_step: float | jax.Array | None = None,
     curvature: str = "hessian",
     modification: str = "clip",
     min_eigenvalue: float | str = "adaptive",
@@ -273,7 +273,9 @@ def dp_newton(
   Budget: exactly one of ``rho`` (total) with ``steps``, or ``rho_per_step``
   (optionally with ``steps``). Past ``steps`` an eager call raises
   ``ValueError``; a traced one returns zeros, charges nothing and sets
-  ``state.budget_exhausted``. Privacy parameters must be Python numbers; the
+  ``state.budget_exhausted``. The budget is a Python number (exact host-side
+  calibration and charges) or a scalar float jax array, possibly traced, to
+  compile one program for many privacy levels (see :func:`dpjax.dp_gd`); the
   ``key`` may be traced (build one transform per key inside ``vmap``).
 
   Args:

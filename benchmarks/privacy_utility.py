@@ -1,0 +1,567 @@
+"""Privacy-utility-runtime: the analogue of the paper's Table 1 and Fig. 2, on real data.
+
+For each dataset, privacy level and algorithm of ``_harness.ALGORITHMS``, the
+number of steps T is tuned **non-privately** over a grid, as the paper does:
+each (algorithm, T) is run ``--repeats`` times (10 by default) and T* is the
+grid value with the smallest mean final excess loss ``loss(w_T) - loss_star``
+(float64, exact optimum from :func:`dpjax.training.optimum_loss`). Tuning T on
+the private data is itself not private; these are the paper's (optimistic)
+numbers for every method alike.
+
+Protocol:
+
+* Datasets (``--data-dir``, paper preprocessing: standardise, unit rows,
+  intercept): a1a.t, a9a (Adult), w8a, phishing (labels 0/1 mapped to -1/+1),
+  ijcnn1, and the generated ``synthetic`` (10,000 x 100).
+* Privacy levels: eps in {0.01, 0.1, 1, 10}, delta = n^-2, each converted to a
+  zCDP rho by two accountings, side by side: the paper's sufficient condition
+  (``"paper"``: rho = eps^2 / (4 ln(1/delta) + 4 eps)) and the exact Gaussian
+  conversion (``"gaussian"``, which gives more rho for the same eps; see
+  :func:`dpjax.fit`). On a1a.t and synthetic three more levels run at the
+  reference code's rho values (``reference-measurements.md`` section 4) for
+  the comparison with the reference measurements.
+* All levels of one (algorithm, T) are one compiled program
+  (:func:`dpjax.training.fit_levels`: vmap over levels and repeats, same seed
+  hence common random numbers across levels), ``init="random-unit"`` (the
+  reference's start), public divergence guard radius 1e4.
+* T grids: first-order (DP-GD) 25, 50, ..., 3200, extended by doubling (up to
+  :data:`MAX_FIRST_ORDER_T`, 6400 on w8a) for the levels whose best T is still the largest
+  one run; second-order (the Newton variants) 2, 4, ..., 64. A level leaves a
+  Newton grid early once its mean loss has risen at two consecutive grid
+  points after its best (a U-shaped curve; this skips long runs at small eps
+  that cannot win) and the JSON records where each level stopped.
+* Time: the wall-clock seconds of **one** run (``dpjax.fit`` with
+  ``repeats=1``), compile excluded, the fastest of 3 executions, for every
+  (algorithm, T) that ran (a run's time does not depend on eps). The batched programs'
+  seconds are recorded too.
+
+Table 1 columns (per dataset, eps, accounting and Newton variant "ours"):
+DP-GD's T*, loss and time; ours; the loss ratio ours/DP-GD; the time ratio
+DP-GD/ours at each method's T*; the time DP-GD needs to **match our best
+loss** (its smallest grid T with mean loss <= ours) and the ratio to our time;
+and the mirror: the time we need to match DP-GD's best loss.
+
+Usage::
+
+  python benchmarks/privacy_utility.py [--datasets a1a.t a9a ...] [--repeats 10]
+      [--algorithms dp-gd hess-clip ...] [--data-dir ../shared/data]
+      [--out-dir benchmarks/results] [--quick] [--report-only]
+
+Each dataset's raw results are written as soon as it finishes
+(``privacy_utility_<dataset>.json``); the combined ``privacy_utility.json``,
+``privacy_utility.md`` and ``privacy_utility.png`` are rebuilt from all
+per-dataset files in the out dir (``--report-only`` rebuilds them without
+running anything). ``--quick``: synthetic only, 3 repeats, eps in {1, 10},
+tiny grids, under 2 minutes.
+
+JSON schema (``privacy_utility_<dataset>.json``)::
+
+  schema: int; machine: dict (_harness.machine_info()); quick: bool
+  dataset: str; n, d: int; delta: float; loss_star: float; ridge: float
+  repeats: int; seed: int; init: str; seconds_total: float
+  levels: list of {id: str, epsilon: float | None, accounting: str, rho: float}
+  algorithms: {name: {
+      family: str, grid: [int],
+      runs: list of {steps: int, levels: [level id], seconds_compile: float,
+                     seconds_run: float,           # the batched program
+                     results: {level id: {mean: float, se: float,
+                                          excess_losses: [float], guard_resets: int}}},
+      timing: {str(steps): {seconds_run, seconds_compile}},  # one run, repeats=1
+      best: {level id: {steps: int, mean: float, se: float, at_grid_edge: bool,
+                        stopped_after: int}}}}
+
+``privacy_utility.json``: ``{schema, machine, quick, datasets: [per-dataset
+payloads], table: [Table 1 rows], summary: [main-table rows]}``; the row fields
+are those of :func:`table_rows` and :func:`summary_rows`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
+
+import dpjax  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax import accounting, training  # noqa: E402  pylint: disable=g-import-not-at-top
+
+EPSILONS = (0.01, 0.1, 1.0, 10.0)
+ACCOUNTINGS = ("paper", "gaussian")
+GRIDS = {
+    "first-order": (25, 50, 100, 200, 400, 800, 1600, 3200),
+    "second-order": (2, 4, 8, 16, 32, 64),
+}
+MAX_FIRST_ORDER_T = 12_800
+# w8a's DP-GD is still optimisation-limited at T = 1600 (||w*|| ~ 800,
+# reference-measurements.md section 4); its extension stops at 6400 to keep the
+# full run under an hour on 2 cores (such cells are marked "edge").
+MAX_FIRST_ORDER_T_OVERRIDE = {"w8a": 6_400}
+EARLY_STOP = {"first-order": False, "second-order": True}
+QUICK_GRIDS = {"first-order": (25, 100), "second-order": (2, 4)}
+QUICK_EPSILONS = (1.0, 10.0)
+# Reference code's rho at eps = 0.1 (its fsolve start point), 1 and 10
+# (reference-measurements.md section 4).
+REFERENCE_RHOS = {
+    "a1a.t": {0.1: 0.001, 1.0: 0.01277, 10.0: 0.9618},
+    "synthetic": {0.1: 0.001, 1.0: 0.01439, 10.0: 1.052},
+}
+# Cheapest first: each dataset's results are written as soon as it finishes.
+DEFAULT_DATASETS = ("synthetic", "phishing", "ijcnn1", "a1a.t", "a9a", "w8a")
+INIT = "random-unit"
+SEED = 0
+TIMING_RUNS = 3  # executions of each one-run program; the fastest is kept.
+
+
+def level_id(eps: float, method: str) -> str:
+  return f"eps={eps:g}|{method}"
+
+
+def make_levels(name: str, n: int, epsilons, with_reference: bool) -> list[dict]:
+  delta = 1.0 / n**2
+  levels = [
+      {"id": level_id(eps, m), "epsilon": eps, "accounting": m,
+       "rho": accounting.epsilon_to_zcdp(eps, delta, m)}
+      for m in ACCOUNTINGS for eps in epsilons
+  ]
+  if with_reference and name in REFERENCE_RHOS:
+    for eps, rho in REFERENCE_RHOS[name].items():
+      levels.append({"id": level_id(eps, "reference-rho"), "epsilon": eps,
+                     "accounting": "reference-rho", "rho": rho})
+  return levels
+
+
+def _summary(res: training.FitResult) -> dict:
+  return {"mean": res.excess_loss_mean, "se": res.excess_loss_se,
+          "excess_losses": [float(v) for v in res.excess_losses],
+          "guard_resets": int(np.sum(res.guard_resets))}
+
+
+def tune(ds, algorithm: str, levels: list[dict], grid, repeats: int, *, early_stop: bool,
+         extend: bool, max_steps: int, bar) -> dict:
+  """Runs the T grid of one algorithm at all levels; returns its JSON record."""
+  by_id = {lv["id"]: lv for lv in levels}
+  active = [lv["id"] for lv in levels]
+  history: dict[str, list[tuple[int, float]]] = {i: [] for i in active}
+  stopped: dict[str, int] = {}
+  runs = []
+  grid = list(grid)
+  k = 0
+  while k < len(grid) and active:
+    steps = grid[k]
+    bar(f"{algorithm} T={steps} ({len(active)} levels)")
+    results = training.fit_levels(
+        ds, algorithm, rhos=[by_id[i]["rho"] for i in active], steps=steps, repeats=repeats,
+        seed=SEED, init=INIT, accounting="gaussian")
+    record = {"steps": steps, "levels": list(active),
+              "seconds_compile": results[0].seconds_compile,
+              "seconds_run": results[0].seconds_run, "results": {}}
+    for i, res in zip(active, results):
+      record["results"][i] = _summary(res)
+      history[i].append((steps, res.excess_loss_mean))
+    runs.append(record)
+    still = []
+    for i in active:
+      h = history[i]
+      best = int(np.argmin([m for _, m in h]))
+      if early_stop and len(h) - 1 - best >= 2:
+        stopped[i] = steps
+      else:
+        still.append(i)
+    active = still
+    k += 1
+    if k == len(grid) and extend and grid[-1] * 2 <= max_steps:
+      # Extend for the levels whose best T is the largest run so far.
+      edge = [i for i in active if int(np.argmin([m for _, m in history[i]])) == len(history[i]) - 1]
+      if edge:
+        grid.append(grid[-1] * 2)
+        active = edge
+  best = {}
+  for i, h in history.items():
+    means = [m for _, m in h]
+    j = int(np.argmin(means))
+    steps = h[j][0]
+    rec = next(r for r in runs if r["steps"] == steps)["results"][i]
+    best[i] = {"steps": steps, "mean": rec["mean"], "se": rec["se"],
+               "at_grid_edge": bool(j == len(h) - 1 and i not in stopped),
+               "stopped_after": stopped.get(i, h[-1][0])}
+  return {"family": _harness.algorithm_family(algorithm), "grid": grid, "runs": runs,
+          "best": best}
+
+
+def run_dataset(name: str, args, algorithms, epsilons, grids, bar_desc: str) -> dict:
+  t0 = time.perf_counter()
+  ds = _harness.load_dataset(name, args.data_dir)
+  n, d = ds.x.shape
+  loss_star, ridge = training.optimum_loss(ds.x, ds.y)
+  levels = make_levels(name, n, epsilons, with_reference=not args.quick)
+  # One progress tick per batched program / timing run (upper bound).
+  total = sum(len(grids[_harness.algorithm_family(a)]) * 2 for a in algorithms)
+  progress = _harness.ProgressBar(total, f"{bar_desc} {name}")
+  bar = progress.update
+  out = {
+      "machine": _harness.machine_info(), "quick": bool(args.quick), "dataset": name,
+      "n": int(n), "d": int(d), "delta": 1.0 / n**2, "loss_star": loss_star, "ridge": ridge,
+      "repeats": args.repeats, "seed": SEED, "init": INIT, "levels": levels, "algorithms": {},
+  }
+  for alg in algorithms:
+    fam = _harness.algorithm_family(alg)
+    rec = tune(ds, alg, levels, grids[fam], args.repeats, early_stop=EARLY_STOP[fam],
+               extend=(fam == "first-order" and not args.quick),
+               max_steps=MAX_FIRST_ORDER_T_OVERRIDE.get(name, MAX_FIRST_ORDER_T), bar=bar)
+    ran = sorted({r["steps"] for r in rec["runs"]})
+    rec["timing"] = measure_times(ds, alg, ran, levels[0]["rho"], bar)
+    out["algorithms"][alg] = rec
+  progress.close()
+  out["seconds_total"] = time.perf_counter() - t0
+  out["machine"]["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
+  return out
+
+
+def measure_times(ds, algorithm: str, steps_list, rho: float, bar) -> dict:
+  """Seconds of one run (``dpjax.fit`` with repeats=1) per T, compile excluded.
+
+  The program runs ``TIMING_RUNS`` times and the fastest is kept: the first
+  execution of a fresh program pays one-time costs.
+  """
+  out = {}
+  for steps in sorted(set(steps_list)):
+    bar(f"time {algorithm} T={steps}")
+    res = dpjax.fit(ds, algorithm, rho=rho, steps=steps, repeats=1, seed=SEED, init=INIT,
+                    timing_runs=TIMING_RUNS)
+    out[str(steps)] = {"seconds_run": res.seconds_run, "seconds_compile": res.seconds_compile}
+  return out
+
+
+# ----------------------------------------------------------------------------
+# Report: Table 1, the main table, the reference comparison, the figure.
+# ----------------------------------------------------------------------------
+
+# Published measurements of the reference code at its rho values
+# (reference-measurements.md sections 4 and 4.2): (mean, se, T*), se None
+# where the document gives none. Used only for the comparison table.
+REFERENCE_MEASURED = {
+    ("synthetic", 0.1): {"dp-gd": (0.0594, 0.0029, 50), "hess-clip": (0.0718, 0.0023, 2),
+                         "hess-add": (0.0717, 0.0013, 3), "qu-clip": (0.0768, 0.0022, 2),
+                         "qu-add": (0.0751, 0.0012, 3)},
+    ("synthetic", 1.0): {"dp-gd": (0.0122, 0.0004, 200), "hess-clip": (0.0199, 0.0006, 8),
+                         "hess-add": (0.0184, 0.0010, 12), "qu-clip": (0.0203, 0.0010, 16),
+                         "qu-add": (0.0187, 0.0008, 16)},
+    ("synthetic", 10.0): {"dp-gd": (0.00037, 0.00004, 800), "hess-clip": (0.00059, 0.00004, 3),
+                          "hess-add": (0.00064, None, 8), "qu-clip": (0.00053, None, 3),
+                          "qu-add": (0.00063, None, 12)},
+    ("a1a.t", 0.1): {"dp-gd": (0.0209, 0.0010, 400), "hess-clip": (0.0379, 0.0015, 12)},
+    ("a1a.t", 1.0): {"dp-gd": (0.0071, 0.00005, 800), "hess-clip": (0.0119, 0.0008, 16)},
+    ("a1a.t", 10.0): {"dp-gd": (0.0023, 0.00005, 1600), "hess-clip": (0.0094, 0.0028, 24)},
+}
+
+
+def _mean_at(rec: dict, level: str, steps: int) -> float | None:
+  for r in rec["runs"]:
+    if r["steps"] == steps and level in r["results"]:
+      return r["results"][level]["mean"]
+  return None
+
+
+def _time(rec: dict, steps: int) -> float:
+  return rec["timing"][str(steps)]["seconds_run"]
+
+
+def _first_to_match(rec: dict, level: str, target: float) -> int | None:
+  """Smallest T run at ``level`` whose mean loss is <= ``target``."""
+  for r in sorted(rec["runs"], key=lambda r: r["steps"]):
+    res = r["results"].get(level)
+    if res is not None and res["mean"] <= target:
+      return r["steps"]
+  return None
+
+
+def _verdict(ours: dict, gd: dict) -> str:
+  diff = ours["mean"] - gd["mean"]
+  band = 2.0 * math.hypot(ours["se"], gd["se"])
+  if abs(diff) <= band:
+    return "tie"
+  return "win" if diff < 0 else "loss"
+
+
+def table_rows(payload: dict) -> list[dict]:
+  """Table 1 rows: one per (level, second-order algorithm) against DP-GD."""
+  algs = payload["algorithms"]
+  gd_name = next((a for a in algs if algs[a]["family"] == "first-order"), None)
+  rows = []
+  if gd_name is None:
+    return rows
+  gd = algs[gd_name]
+  for lv in payload["levels"]:
+    i = lv["id"]
+    g = gd["best"][i]
+    g_time = _time(gd, g["steps"])
+    for name, rec in algs.items():
+      if rec["family"] == "first-order":
+        continue
+      o = rec["best"][i]
+      o_time = _time(rec, o["steps"])
+      gd_match = _first_to_match(gd, i, o["mean"])
+      ours_match = _first_to_match(rec, i, g["mean"])
+      rows.append({
+          "dataset": payload["dataset"], "epsilon": lv["epsilon"], "accounting": lv["accounting"],
+          "rho": lv["rho"], "algorithm": name,
+          "gd_steps": g["steps"], "gd_mean": g["mean"], "gd_se": g["se"],
+          "gd_seconds": g_time, "gd_at_edge": g["at_grid_edge"],
+          "steps": o["steps"], "mean": o["mean"], "se": o["se"], "seconds": o_time,
+          "at_edge": o["at_grid_edge"],
+          "loss_ratio": o["mean"] / g["mean"] if g["mean"] > 0 else float("nan"),
+          "time_ratio": g_time / o_time,
+          "verdict": _verdict(o, g),
+          "gd_match_steps": gd_match,
+          "gd_match_seconds": None if gd_match is None else _time(gd, gd_match),
+          "gd_match_ratio": None if gd_match is None else _time(gd, gd_match) / o_time,
+          "ours_match_steps": ours_match,
+          "ours_match_seconds": None if ours_match is None else _time(rec, ours_match),
+          "ours_match_ratio": None if ours_match is None else _time(rec, ours_match) / g_time,
+      })
+  return rows
+
+
+def summary_rows(payloads: list[dict]) -> list[dict]:
+  """Main table: per dataset and eps, DP-GD against the best second-order variant."""
+  out = []
+  for p in payloads:
+    rows = table_rows(p)
+    for eps in sorted({r["epsilon"] for r in rows if r["accounting"] in ACCOUNTINGS}):
+      entry = {"dataset": p["dataset"], "epsilon": eps}
+      for m in ACCOUNTINGS:
+        cell = [r for r in rows if r["epsilon"] == eps and r["accounting"] == m]
+        if not cell:
+          continue
+        best = min(cell, key=lambda r: r["mean"])
+        entry[m] = {k: best[k] for k in (
+            "rho", "gd_steps", "gd_mean", "gd_se", "gd_seconds", "algorithm", "steps", "mean",
+            "se", "seconds", "loss_ratio", "time_ratio", "verdict", "gd_match_steps",
+            "gd_match_ratio", "ours_match_steps", "ours_match_ratio")}
+      out.append(entry)
+  return out
+
+
+def _fmt_loss(mean: float, se: float | None = None) -> str:
+  def f(v):
+    return f"{v:.3g}" if abs(v) >= 1e-3 else f"{v:.2e}"
+  return f(mean) if se is None else f"{f(mean)} ± {f(se)}"
+
+
+def _fmt_match(steps, ratio) -> str:
+  return "not reached" if steps is None else f"T={steps} → {ratio:.2g}×"
+
+
+def _fmt_t(steps, edge) -> str:
+  return f"{steps}{' (edge)' if edge else ''}"
+
+
+def markdown(payloads: list[dict], info: dict, quick: bool) -> str:
+  lines = _harness.markdown_header(
+      "Privacy–utility–runtime: DP-GD vs the double-noise Newton variants (Table 1 / Fig. 2 analogue)",
+      info)
+  first = payloads[0] if payloads else {}
+  lines += [
+      f"- protocol: T tuned non-privately per (dataset, eps, accounting, algorithm) on the grids "
+      f"first-order {list(GRIDS['first-order'])} (doubled up to {MAX_FIRST_ORDER_T} while the best T "
+      f"is the largest run), second-order {list(GRIDS['second-order'])} (a level stops after two "
+      f"consecutive rises past its best); {first.get('repeats')} vmapped repeats, seed {SEED}, "
+      f"init {INIT}, delta = n^-2; excess loss = final-iterate mean loss minus the exact optimum "
+      f"(float64), mean ± s.e. over repeats."
+      + (" **Quick smoke run: tiny grids, not results.**" if quick else ""),
+      "- time: seconds of one run (`dpjax.fit`, repeats=1, compile excluded) at the T in question; "
+      "\"win/tie/loss\" compares the Newton variant's best mean loss with tuned DP-GD's, tie = within "
+      "2 combined s.e.",
+      "- accountings side by side: `paper` = eps^2/(4 ln(1/delta) + 4 eps); `gaussian` = exact "
+      "mu-GDP conversion (more rho for the same eps).",
+      "- ![privacy-utility](privacy_utility.png)",
+      "",
+      "## Main table: tuned DP-GD vs the best Newton variant",
+      "",
+      "| dataset | eps | accounting | rho | DP-GD T* | DP-GD loss | best Newton (T*) | its loss "
+      "| ours/GD loss | GD/ours time at T* | DP-GD to match ours | ours to match DP-GD | verdict |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+  ]
+  for e in summary_rows(payloads):
+    for m in ACCOUNTINGS:
+      c = e.get(m)
+      if c is None:
+        continue
+      lines.append(
+          f"| {e['dataset']} | {e['epsilon']:g} | {m} | {c['rho']:.4g} | {c['gd_steps']} | "
+          f"{_fmt_loss(c['gd_mean'], c['gd_se'])} | {c['algorithm']} ({c['steps']}) | "
+          f"{_fmt_loss(c['mean'], c['se'])} | {c['loss_ratio']:.2f} | {c['time_ratio']:.2g}× | "
+          f"{_fmt_match(c['gd_match_steps'], c['gd_match_ratio'])} | "
+          f"{_fmt_match(c['ours_match_steps'], c['ours_match_ratio'])} | {c['verdict']} |")
+  for p in payloads:
+    lines += [
+        "",
+        f"## {p['dataset']} (n = {p['n']:,}, d = {p['d']}, delta = {p['delta']:.3g}, "
+        f"loss* = {p['loss_star']:.6f}{', ridge 1e-9' if p['ridge'] else ''}; "
+        f"{p['seconds_total']:.0f} s)",
+        "",
+        "| eps | accounting | rho | DP-GD T* | DP-GD loss | DP-GD s | variant | T* | loss | s "
+        "| ours/GD loss | GD/ours time | DP-GD to match ours | ours to match DP-GD | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table_rows(p):
+      lines.append(
+          f"| {r['epsilon']:g} | {r['accounting']} | {r['rho']:.4g} | "
+          f"{_fmt_t(r['gd_steps'], r['gd_at_edge'])} | {_fmt_loss(r['gd_mean'], r['gd_se'])} | "
+          f"{r['gd_seconds']:.3g} | {r['algorithm']} | {_fmt_t(r['steps'], r['at_edge'])} | "
+          f"{_fmt_loss(r['mean'], r['se'])} | {r['seconds']:.3g} | {r['loss_ratio']:.2f} | "
+          f"{r['time_ratio']:.2g}× | {_fmt_match(r['gd_match_steps'], r['gd_match_ratio'])} | "
+          f"{_fmt_match(r['ours_match_steps'], r['ours_match_ratio'])} | {r['verdict']} |")
+  ref = reference_rows(payloads)
+  if ref:
+    lines += [
+        "",
+        "## Against the reference measurements (same rho as the reference code)",
+        "",
+        "Reference: `reference-measurements.md` section 4 / 4.2 (reference code, its own grids: "
+        "DP-GD 10/25..1600 or 3200, Newton 2..20 or 2..48; 3-5 repeats, fresh reference synthetic data). "
+        "Ours: the grids above, 10 repeats, our `synthetic` generator (same distribution, other draws). "
+        "|z| = |ours - reference| / sqrt(se_ours^2 + se_ref^2).",
+        "",
+        "| dataset | eps (rho) | algorithm | reference T* | reference loss | our T* | our loss | |z| |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in ref:
+      z = "n/a" if r["z"] is None else f"{r['z']:.1f}"
+      lines.append(
+          f"| {r['dataset']} | {r['epsilon']:g} ({r['rho']:g}) | {r['algorithm']} | "
+          f"{r['ref_steps']} | {_fmt_loss(r['ref_mean'], r['ref_se'])} | {r['steps']} | "
+          f"{_fmt_loss(r['mean'], r['se'])} | {z} |")
+  return "\n".join(lines) + "\n"
+
+
+def reference_rows(payloads: list[dict]) -> list[dict]:
+  rows = []
+  for p in payloads:
+    for lv in p["levels"]:
+      if lv["accounting"] != "reference-rho":
+        continue
+      measured = REFERENCE_MEASURED.get((p["dataset"], lv["epsilon"]), {})
+      for alg, (mean, se, steps) in measured.items():
+        rec = p["algorithms"].get(alg)
+        if rec is None:
+          continue
+        b = rec["best"][lv["id"]]
+        z = None if se is None else abs(b["mean"] - mean) / math.hypot(b["se"], se)
+        rows.append({"dataset": p["dataset"], "epsilon": lv["epsilon"], "rho": lv["rho"],
+                     "algorithm": alg, "ref_mean": mean, "ref_se": se, "ref_steps": steps,
+                     "mean": b["mean"], "se": b["se"], "steps": b["steps"], "z": z})
+  return rows
+
+
+def plot(payloads: list[dict], path: pathlib.Path) -> None:
+  """Fig. 2 analogue: best excess loss against eps, per dataset and algorithm."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  k = len(payloads)
+  cols = min(3, k)
+  rows = math.ceil(k / cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.9 * rows), squeeze=False)
+  for ax, p in zip(axes.flat, payloads):
+    for j, (name, rec) in enumerate(p["algorithms"].items()):
+      for m, style in (("gaussian", "-"), ("paper", "--")):
+        lv = [lv for lv in p["levels"] if lv["accounting"] == m]
+        eps = [l["epsilon"] for l in lv]
+        mean = [rec["best"][l["id"]]["mean"] for l in lv]
+        se = [rec["best"][l["id"]]["se"] for l in lv]
+        ax.errorbar(eps, np.maximum(mean, 1e-7), yerr=se, fmt=style, marker="o", ms=3,
+                    color=f"C{j}", label=f"{name} ({m})" if True else None, capsize=2)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_title(f"{p['dataset']} (n={p['n']:,}, d={p['d']})")
+    ax.set_xlabel("epsilon (delta = n^-2)")
+    ax.set_ylabel("excess loss at tuned T")
+    ax.grid(True, which="both", alpha=0.3)
+  for ax in list(axes.flat)[k:]:
+    ax.axis("off")
+  handles, labels = axes.flat[0].get_legend_handles_labels()
+  fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8)
+  fig.suptitle("Excess loss at non-privately tuned T (solid: gaussian accounting, dashed: paper)")
+  fig.tight_layout(rect=(0, 0.08, 1, 0.96))
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def report(directory: pathlib.Path, info: dict, quick: bool, names=None) -> pathlib.Path:
+  """Rebuilds the combined JSON, markdown and PNG from the per-dataset files."""
+  order = {n: k for k, n in enumerate(_harness.DATASETS)}
+  payloads = []
+  for f in sorted(directory.glob("privacy_utility_*.json"), key=lambda f: order.get(
+      f.stem[len("privacy_utility_"):], 99)):
+    p = json.loads(f.read_text())
+    if names is None or p["dataset"] in names:
+      payloads.append(p)
+  if not payloads:
+    raise FileNotFoundError(f"no privacy_utility_<dataset>.json in {directory}; run the benchmark first.")
+  combined = {"machine": info, "quick": quick, "datasets": payloads,
+              "table": [r for p in payloads for r in table_rows(p)],
+              "summary": summary_rows(payloads), "reference": reference_rows(payloads)}
+  md = markdown(payloads, info, quick)
+  json_path, md_path = _harness.write_results(directory, "privacy_utility", combined, md)
+  plot(payloads, directory / "privacy_utility.png")
+  return md_path
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  _harness.add_common_args(parser)
+  parser.add_argument("--datasets", nargs="+", default=None, choices=sorted(_harness.DATASETS))
+  parser.add_argument("--algorithms", nargs="+", default=None, choices=_harness.ALGORITHMS)
+  parser.add_argument("--repeats", type=int, default=None)
+  parser.add_argument("--report-only", action="store_true",
+                      help="rebuild the combined outputs from the per-dataset JSON files")
+  args = parser.parse_args(argv)
+  directory = _harness.out_dir(args)
+  info = _harness.machine_info()
+  if args.report_only:
+    try:
+      print(report(directory, info, args.quick).read_text())
+    except FileNotFoundError as err:
+      print(f"error: {err}", file=sys.stderr)
+      return 2
+    return 0
+  names = args.datasets or (["synthetic"] if args.quick else list(DEFAULT_DATASETS))
+  algorithms = args.algorithms or list(_harness.ALGORITHMS)
+  if args.repeats is None:
+    args.repeats = 3 if args.quick else 10
+  if args.repeats < 2:
+    parser.error("--repeats must be >= 2 (the standard error needs two repeats)")
+  epsilons = QUICK_EPSILONS if args.quick else EPSILONS
+  grids = QUICK_GRIDS if args.quick else GRIDS
+  # Fail on a missing file before any work starts.
+  for name in names:
+    spec = _harness.DATASETS[name]
+    if spec.file is not None and not (args.data_dir / spec.file).exists():
+      try:
+        _harness.load_dataset(name, args.data_dir)
+      except _harness.MissingDataError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+  t0 = time.perf_counter()
+  for k, name in enumerate(names):
+    payload = run_dataset(name, args, algorithms, epsilons, grids, f"[{k + 1}/{len(names)}]")
+    _harness.write_results(directory, f"privacy_utility_{name}", payload, "")
+    (directory / f"privacy_utility_{name}.md").unlink()
+    print(f"{name}: {payload['seconds_total']:.0f} s", file=sys.stderr, flush=True)
+  md_path = report(directory, info, args.quick, names=None if not args.quick else names)
+  print(md_path.read_text())
+  print(f"total {time.perf_counter() - t0:.0f} s; wrote {directory}", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())

@@ -1,0 +1,137 @@
+"""Smoke and logic tests of ``benchmarks/privacy_utility.py`` (CI runs its ``--quick`` mode)."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+
+import numpy as np
+import pytest
+
+from conftest import load_benchmark
+from dpjax import accounting
+
+
+_DATASET_KEYS = {"schema", "machine", "quick", "dataset", "n", "d", "delta", "loss_star", "ridge",
+                 "repeats", "seed", "init", "levels", "algorithms", "seconds_total"}
+_ROW_KEYS = {"dataset", "epsilon", "accounting", "rho", "algorithm", "gd_steps", "gd_mean", "gd_se",
+             "gd_seconds", "gd_at_edge", "steps", "mean", "se", "seconds", "at_edge", "loss_ratio",
+             "time_ratio", "verdict", "gd_match_steps", "gd_match_seconds", "gd_match_ratio",
+             "ours_match_steps", "ours_match_seconds", "ours_match_ratio"}
+
+
+@pytest.fixture(scope="module")
+def pu():
+  return load_benchmark("privacy_utility")
+
+
+@pytest.fixture(scope="module")
+def quick_run(pu, tmp_path_factory):
+  out = tmp_path_factory.mktemp("pu")
+  assert pu.main(["--quick", "--out-dir", str(out)]) == 0
+  return out
+
+
+def test_quick_outputs_and_schema(pu, quick_run):
+  for name in ("privacy_utility.json", "privacy_utility.md", "privacy_utility.png",
+               "privacy_utility_synthetic.json"):
+    assert (quick_run / name).stat().st_size > 0, name
+  per = json.loads((quick_run / "privacy_utility_synthetic.json").read_text())
+  assert set(per) == _DATASET_KEYS
+  assert per["quick"] is True and per["repeats"] == 3 and per["dataset"] == "synthetic"
+  assert per["delta"] == pytest.approx(per["n"] ** -2)
+  assert {"cpu", "cores", "jax", "jaxlib", "commit", "command", "devices"} <= set(per["machine"])
+  ids = [lv["id"] for lv in per["levels"]]
+  for lv in per["levels"]:  # every level's rho is its accounting's conversion of eps.
+    assert lv["rho"] == accounting.epsilon_to_zcdp(lv["epsilon"], per["delta"], lv["accounting"])
+  assert {lv["accounting"] for lv in per["levels"]} == {"paper", "gaussian"}
+  assert set(per["algorithms"]) == set(pu._harness.ALGORITHMS)
+  for name, rec in per["algorithms"].items():
+    assert rec["family"] == pu._harness.algorithm_family(name)
+    ran = sorted(r["steps"] for r in rec["runs"])
+    assert set(rec["timing"]) == {str(t) for t in ran}
+    assert all(t["seconds_run"] > 0 and t["seconds_compile"] > 0 for t in rec["timing"].values())
+    for i in ids:
+      means = {r["steps"]: r["results"][i]["mean"] for r in rec["runs"] if i in r["results"]}
+      best = rec["best"][i]
+      assert best["mean"] == min(means.values()) and means[best["steps"]] == best["mean"]
+      for r in rec["runs"]:
+        if i in r["results"]:
+          res = r["results"][i]
+          assert len(res["excess_losses"]) == 3 and math.isfinite(res["mean"])
+          assert res["mean"] == pytest.approx(np.mean(res["excess_losses"]), rel=1e-12)
+  combined = json.loads((quick_run / "privacy_utility.json").read_text())
+  assert {"schema", "machine", "quick", "datasets", "table", "summary", "reference"} <= set(combined)
+  assert combined["table"] and all(set(r) == _ROW_KEYS for r in combined["table"])
+  for r in combined["table"]:
+    assert r["loss_ratio"] == pytest.approx(r["mean"] / r["gd_mean"])
+    assert r["time_ratio"] == pytest.approx(r["gd_seconds"] / r["seconds"])
+    assert r["verdict"] in ("win", "tie", "loss")
+  md = (quick_run / "privacy_utility.md").read_text()
+  assert "Main table" in md and "Quick smoke run" in md and "| synthetic |" in md
+
+
+def test_report_only_rebuilds(pu, quick_run, capsys):
+  (quick_run / "privacy_utility.md").unlink()
+  assert pu.main(["--quick", "--out-dir", str(quick_run), "--report-only"]) == 0
+  assert (quick_run / "privacy_utility.md").exists()
+
+
+def test_report_only_without_results_exits_2(pu, tmp_path, capsys):
+  assert pu.main(["--out-dir", str(tmp_path), "--report-only"]) == 2
+  assert "run the benchmark first" in capsys.readouterr().err
+
+
+def test_missing_data_file_names_the_flag(pu, tmp_path, capsys):
+  code = pu.main(["--datasets", "a9a", "--data-dir", str(tmp_path / "none"),
+                  "--out-dir", str(tmp_path)])
+  assert code == 2
+  err = capsys.readouterr().err
+  assert "--data-dir" in err and "a9a.bz2" in err
+
+
+def _fake_fit_levels(curves):
+  """A stand-in for training.fit_levels: mean loss = curves[rho](T), no noise."""
+  def fit_levels(ds, algorithm, *, rhos, steps, repeats, **_):
+    out = []
+    for rho in rhos:
+      mean = curves[rho](steps)
+      out.append(types.SimpleNamespace(
+          excess_loss_mean=mean, excess_loss_se=0.0, excess_losses=np.full(repeats, mean),
+          guard_resets=np.zeros(repeats, int), seconds_compile=1.0, seconds_run=1.0))
+    return out
+  return fit_levels
+
+
+def test_tune_early_stop_and_edge_extension(pu, monkeypatch):
+  curves = {
+      1.0: lambda t: (t - 8) ** 2 + 1.0,  # U-shaped, best at 8.
+      2.0: lambda t: 1.0 / t,             # decreasing: best always at the edge.
+  }
+  monkeypatch.setattr(pu.training, "fit_levels", _fake_fit_levels(curves))
+  levels = [{"id": "a", "rho": 1.0}, {"id": "b", "rho": 2.0}]
+  rec = pu.tune(None, "hess-clip", levels, (2, 4, 8, 16, 32, 64, 128), 2, early_stop=True,
+                extend=False, max_steps=128, bar=lambda label: None)
+  # "a" stops after two rises past its best (T = 16, 32); "b" runs the whole grid.
+  assert rec["best"]["a"] == {"steps": 8, "mean": 1.0, "se": 0.0, "at_grid_edge": False,
+                              "stopped_after": 32}
+  assert rec["best"]["b"]["steps"] == 128 and rec["best"]["b"]["at_grid_edge"]
+  assert [r["levels"] for r in rec["runs"]][-1] == ["b"]
+  rec = pu.tune(None, "dp-gd", levels, (25, 50, 100), 2, early_stop=False, extend=True,
+                max_steps=400, bar=lambda label: None)
+  # Only the edge level is extended, by doubling, up to max_steps.
+  assert rec["grid"] == [25, 50, 100, 200, 400]
+  assert [r["levels"] for r in rec["runs"]][3:] == [["b"], ["b"]]
+  assert rec["best"]["b"]["steps"] == 400 and rec["best"]["b"]["at_grid_edge"]
+  assert rec["best"]["a"]["steps"] == 25 and not rec["best"]["a"]["at_grid_edge"]
+
+
+def test_match_and_verdict(pu):
+  rec = {"runs": [{"steps": t, "results": {"x": {"mean": m}}} for t, m in ((25, 0.5), (50, 0.2),
+                                                                         (100, 0.1))]}
+  assert pu._first_to_match(rec, "x", 0.2) == 50
+  assert pu._first_to_match(rec, "x", 0.05) is None
+  assert pu._verdict({"mean": 1.0, "se": 0.1}, {"mean": 1.25, "se": 0.1}) == "tie"
+  assert pu._verdict({"mean": 1.0, "se": 0.1}, {"mean": 1.3, "se": 0.1}) == "win"
+  assert pu._verdict({"mean": 1.3, "se": 0.1}, {"mean": 1.0, "se": 0.1}) == "loss"
