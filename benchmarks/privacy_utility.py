@@ -27,12 +27,15 @@ Protocol:
 * T grids: first-order (DP-GD) 25, 50, ..., 3200, extended by doubling (up to
   :data:`MAX_FIRST_ORDER_T`, 6400 on w8a) for the levels whose best T is still the largest
   one run; second-order (the Newton variants) 2, 4, ..., 64. A level leaves a
-  Newton grid early once its mean loss has risen at two consecutive grid
-  points after its best (a U-shaped curve; this skips long runs at small eps
-  that cannot win) and the JSON records where each level stopped.
+  Newton grid early once its mean loss has risen at two grid points after its
+  best (a U-shaped curve; this skips long runs at small eps that cannot win)
+  and the JSON records where each level stopped. Both families are extended
+  downwards by halving (to 12, 6, 3, 1, or to 1) for the levels whose best T
+  is the smallest one run: at tiny eps the best run barely moves.
 * Time: the wall-clock seconds of **one** run (``dpjax.fit`` with
-  ``repeats=1``), compile excluded, the fastest of 3 executions, for every
-  (algorithm, T) that ran (a run's time does not depend on eps). The batched programs'
+  ``repeats=1``), compile excluded, the faster of 2 executions, for every T
+  the tables use (each level's best T and the T that first matches the other
+  side's best loss; a run's time does not depend on eps). The batched programs'
   seconds are recorded too.
 
 Table 1 columns (per dataset, eps, accounting and Newton variant "ours"):
@@ -66,7 +69,8 @@ JSON schema (``privacy_utility_<dataset>.json``)::
                      seconds_run: float,           # the batched program
                      results: {level id: {mean: float, se: float,
                                           excess_losses: [float], guard_resets: int}}},
-      timing: {str(steps): {seconds_run, seconds_compile}},  # one run, repeats=1
+      timing: {str(steps): {seconds_run, seconds_compile}},  # one run, repeats=1,
+                                     # for the T of timed_steps()
       best: {level id: {steps: int, mean: float, se: float, at_grid_edge: bool,
                         stopped_after: int}}}}
 
@@ -117,7 +121,7 @@ REFERENCE_RHOS = {
 DEFAULT_DATASETS = ("synthetic", "phishing", "ijcnn1", "a1a.t", "a9a", "w8a")
 INIT = "random-unit"
 SEED = 0
-TIMING_RUNS = 3  # executions of each one-run program; the fastest is kept.
+TIMING_RUNS = 2  # executions of each one-run program; the fastest is kept.
 
 
 def level_id(eps: float, method: str) -> str:
@@ -145,55 +149,72 @@ def _summary(res: training.FitResult) -> dict:
 
 
 def tune(ds, algorithm: str, levels: list[dict], grid, repeats: int, *, early_stop: bool,
-         extend: bool, max_steps: int, bar) -> dict:
-  """Runs the T grid of one algorithm at all levels; returns its JSON record."""
+         extend: bool, extend_down: bool, max_steps: int, bar) -> dict:
+  """Runs the T grid of one algorithm at all levels; returns its JSON record.
+
+  1. The grid, upwards; with ``early_stop`` a level leaves once its mean loss
+     has risen at two grid points after its best.
+  2. ``extend``: while a level's best T is the largest it ran (and it did not
+     stop early), run it at twice that T, up to ``max_steps``.
+  3. ``extend_down``: while a level's best T is the smallest it ran, run it at
+     half that T (integer, down to 1): at tiny eps the best run barely moves.
+  """
   by_id = {lv["id"]: lv for lv in levels}
-  active = [lv["id"] for lv in levels]
-  history: dict[str, list[tuple[int, float]]] = {i: [] for i in active}
-  stopped: dict[str, int] = {}
+  ids = [lv["id"] for lv in levels]
+  history: dict[str, dict[int, float]] = {i: {} for i in ids}
   runs = []
-  grid = list(grid)
-  k = 0
-  while k < len(grid) and active:
-    steps = grid[k]
-    bar(f"{algorithm} T={steps} ({len(active)} levels)")
+
+  def run(steps: int, which: list[str]) -> None:
+    bar(f"{algorithm} T={steps} ({len(which)} levels)")
     results = training.fit_levels(
-        ds, algorithm, rhos=[by_id[i]["rho"] for i in active], steps=steps, repeats=repeats,
+        ds, algorithm, rhos=[by_id[i]["rho"] for i in which], steps=steps, repeats=repeats,
         seed=SEED, init=INIT, accounting="gaussian")
-    record = {"steps": steps, "levels": list(active),
+    record = {"steps": steps, "levels": list(which),
               "seconds_compile": results[0].seconds_compile,
               "seconds_run": results[0].seconds_run, "results": {}}
-    for i, res in zip(active, results):
+    for i, res in zip(which, results):
       record["results"][i] = _summary(res)
-      history[i].append((steps, res.excess_loss_mean))
+      history[i][steps] = res.excess_loss_mean
     runs.append(record)
-    still = []
-    for i in active:
-      h = history[i]
-      best = int(np.argmin([m for _, m in h]))
-      if early_stop and len(h) - 1 - best >= 2:
-        stopped[i] = steps
-      else:
-        still.append(i)
-    active = still
-    k += 1
-    if k == len(grid) and extend and grid[-1] * 2 <= max_steps:
-      # Extend for the levels whose best T is the largest run so far.
-      edge = [i for i in active if int(np.argmin([m for _, m in history[i]])) == len(history[i]) - 1]
-      if edge:
-        grid.append(grid[-1] * 2)
-        active = edge
+
+  def best_t(i: str) -> int:
+    return min(history[i], key=history[i].get)
+
+  active, stopped = list(ids), {}
+  for steps in grid:
+    if not active:
+      break
+    run(steps, active)
+    if early_stop:
+      for i in list(active):
+        if sum(1 for t in history[i] if t > best_t(i)) >= 2:
+          stopped[i] = steps
+          active.remove(i)
+  top = max(grid)
+  while extend and top * 2 <= max_steps:
+    edge = [i for i in ids if i not in stopped and best_t(i) == max(history[i])]
+    if not edge:
+      break
+    top *= 2
+    run(top, edge)
+  while extend_down:
+    low = [i for i in ids if best_t(i) == min(history[i]) and min(history[i]) > 1]
+    if not low:
+      break
+    groups: dict[int, list[str]] = {}
+    for i in low:
+      groups.setdefault(max(1, min(history[i]) // 2), []).append(i)
+    for steps, which in sorted(groups.items(), reverse=True):
+      run(steps, which)
   best = {}
-  for i, h in history.items():
-    means = [m for _, m in h]
-    j = int(np.argmin(means))
-    steps = h[j][0]
-    rec = next(r for r in runs if r["steps"] == steps)["results"][i]
+  for i in ids:
+    steps = best_t(i)
+    rec = next(r for r in runs if r["steps"] == steps and i in r["results"])["results"][i]
     best[i] = {"steps": steps, "mean": rec["mean"], "se": rec["se"],
-               "at_grid_edge": bool(j == len(h) - 1 and i not in stopped),
-               "stopped_after": stopped.get(i, h[-1][0])}
-  return {"family": _harness.algorithm_family(algorithm), "grid": grid, "runs": runs,
-          "best": best}
+               "at_grid_edge": bool(steps == max(history[i]) and i not in stopped),
+               "stopped_after": stopped.get(i, max(history[i]))}
+  return {"family": _harness.algorithm_family(algorithm),
+          "grid": sorted({r["steps"] for r in runs}), "runs": runs, "best": best}
 
 
 def run_dataset(name: str, args, algorithms, epsilons, grids, bar_desc: str) -> dict:
@@ -202,8 +223,9 @@ def run_dataset(name: str, args, algorithms, epsilons, grids, bar_desc: str) -> 
   n, d = ds.x.shape
   loss_star, ridge = training.optimum_loss(ds.x, ds.y)
   levels = make_levels(name, n, epsilons, with_reference=not args.quick)
-  # One progress tick per batched program / timing run (upper bound).
-  total = sum(len(grids[_harness.algorithm_family(a)]) * 2 for a in algorithms)
+  # One tick per batched program and per timing run: the grid twice, plus
+  # about three extension steps (an estimate; the bar may overrun it).
+  total = sum(len(grids[_harness.algorithm_family(a)]) * 2 + 6 for a in algorithms)
   progress = _harness.ProgressBar(total, f"{bar_desc} {name}")
   bar = progress.update
   out = {
@@ -213,16 +235,41 @@ def run_dataset(name: str, args, algorithms, epsilons, grids, bar_desc: str) -> 
   }
   for alg in algorithms:
     fam = _harness.algorithm_family(alg)
-    rec = tune(ds, alg, levels, grids[fam], args.repeats, early_stop=EARLY_STOP[fam],
-               extend=(fam == "first-order" and not args.quick),
-               max_steps=MAX_FIRST_ORDER_T_OVERRIDE.get(name, MAX_FIRST_ORDER_T), bar=bar)
-    ran = sorted({r["steps"] for r in rec["runs"]})
-    rec["timing"] = measure_times(ds, alg, ran, levels[0]["rho"], bar)
-    out["algorithms"][alg] = rec
+    out["algorithms"][alg] = tune(
+        ds, alg, levels, grids[fam], args.repeats, early_stop=EARLY_STOP[fam],
+        extend=(fam == "first-order" and not args.quick), extend_down=not args.quick,
+        max_steps=MAX_FIRST_ORDER_T_OVERRIDE.get(name, MAX_FIRST_ORDER_T), bar=bar)
+  for alg, steps in timed_steps(out).items():
+    out["algorithms"][alg]["timing"] = measure_times(ds, alg, steps, levels[0]["rho"], bar)
   progress.close()
   out["seconds_total"] = time.perf_counter() - t0
   out["machine"]["load_average_end"] = [round(v, 2) for v in os.getloadavg()]
   return out
+
+
+def timed_steps(payload: dict) -> dict[str, list[int]]:
+  """The T values whose one-run time the tables use, per algorithm.
+
+  Every level's best T, and each T that first matches the other side's best
+  loss (DP-GD against every second-order variant, and back).
+  """
+  algs = payload["algorithms"]
+  need = {a: {b["steps"] for b in rec["best"].values()} for a, rec in algs.items()}
+  first = [a for a in algs if algs[a]["family"] == "first-order"]
+  for gd_name in first:
+    gd = algs[gd_name]
+    for name, rec in algs.items():
+      if rec["family"] == "first-order":
+        continue
+      for lv in payload["levels"]:
+        i = lv["id"]
+        t = _first_to_match(gd, i, rec["best"][i]["mean"])
+        if t is not None:
+          need[gd_name].add(t)
+        t = _first_to_match(rec, i, gd["best"][i]["mean"])
+        if t is not None:
+          need[name].add(t)
+  return {a: sorted(v) for a, v in need.items()}
 
 
 def measure_times(ds, algorithm: str, steps_list, rho: float, bar) -> dict:
@@ -274,6 +321,11 @@ def _time(rec: dict, steps: int) -> float:
   return rec["timing"][str(steps)]["seconds_run"]
 
 
+def _at_low_edge(rec: dict, level: str, steps: int) -> bool:
+  """Whether ``steps`` is the smallest T run at ``level`` (a smaller T might do better)."""
+  return steps == min(r["steps"] for r in rec["runs"] if level in r["results"])
+
+
 def _first_to_match(rec: dict, level: str, target: float) -> int | None:
   """Smallest T run at ``level`` whose mean loss is <= ``target``."""
   for r in sorted(rec["runs"], key=lambda r: r["steps"]):
@@ -315,8 +367,9 @@ def table_rows(payload: dict) -> list[dict]:
           "rho": lv["rho"], "algorithm": name,
           "gd_steps": g["steps"], "gd_mean": g["mean"], "gd_se": g["se"],
           "gd_seconds": g_time, "gd_at_edge": g["at_grid_edge"],
+          "gd_at_low_edge": _at_low_edge(gd, i, g["steps"]),
           "steps": o["steps"], "mean": o["mean"], "se": o["se"], "seconds": o_time,
-          "at_edge": o["at_grid_edge"],
+          "at_edge": o["at_grid_edge"], "at_low_edge": _at_low_edge(rec, i, o["steps"]),
           "loss_ratio": o["mean"] / g["mean"] if g["mean"] > 0 else float("nan"),
           "time_ratio": g_time / o_time,
           "verdict": _verdict(o, g),
@@ -360,8 +413,8 @@ def _fmt_match(steps, ratio) -> str:
   return "not reached" if steps is None else f"T={steps} → {ratio:.2g}×"
 
 
-def _fmt_t(steps, edge) -> str:
-  return f"{steps}{' (edge)' if edge else ''}"
+def _fmt_t(steps, edge, low_edge=False) -> str:
+  return f"{steps}{' (edge)' if edge else ''}{' (low edge)' if low_edge else ''}"
 
 
 def markdown(payloads: list[dict], info: dict, quick: bool) -> str:
@@ -373,10 +426,13 @@ def markdown(payloads: list[dict], info: dict, quick: bool) -> str:
       f"- protocol: T tuned non-privately per (dataset, eps, accounting, algorithm) on the grids "
       f"first-order {list(GRIDS['first-order'])} (doubled up to {MAX_FIRST_ORDER_T} while the best T "
       f"is the largest run), second-order {list(GRIDS['second-order'])} (a level stops after two "
-      f"consecutive rises past its best); {first.get('repeats')} vmapped repeats, seed {SEED}, "
+      f"rises past its best); both halved down to T = 1 while the best T is the smallest run; {first.get('repeats')} vmapped repeats, seed {SEED}, "
       f"init {INIT}, delta = n^-2; excess loss = final-iterate mean loss minus the exact optimum "
       f"(float64), mean ± s.e. over repeats."
       + (" **Quick smoke run: tiny grids, not results.**" if quick else ""),
+      "- \"(edge)\": the best T is the largest run (the grid could not be extended further); "
+      "\"(low edge)\": the best T is the smallest grid value (at tiny eps the best is to barely move "
+      "from the start).",
       "- time: seconds of one run (`dpjax.fit`, repeats=1, compile excluded) at the T in question; "
       "\"win/tie/loss\" compares the Newton variant's best mean loss with tuned DP-GD's, tie = within "
       "2 combined s.e.",
@@ -415,8 +471,9 @@ def markdown(payloads: list[dict], info: dict, quick: bool) -> str:
     for r in table_rows(p):
       lines.append(
           f"| {r['epsilon']:g} | {r['accounting']} | {r['rho']:.4g} | "
-          f"{_fmt_t(r['gd_steps'], r['gd_at_edge'])} | {_fmt_loss(r['gd_mean'], r['gd_se'])} | "
-          f"{r['gd_seconds']:.3g} | {r['algorithm']} | {_fmt_t(r['steps'], r['at_edge'])} | "
+          f"{_fmt_t(r['gd_steps'], r['gd_at_edge'], r['gd_at_low_edge'])} | "
+          f"{_fmt_loss(r['gd_mean'], r['gd_se'])} | {r['gd_seconds']:.3g} | {r['algorithm']} | "
+          f"{_fmt_t(r['steps'], r['at_edge'], r['at_low_edge'])} | "
           f"{_fmt_loss(r['mean'], r['se'])} | {r['seconds']:.3g} | {r['loss_ratio']:.2f} | "
           f"{r['time_ratio']:.2g}× | {_fmt_match(r['gd_match_steps'], r['gd_match_ratio'])} | "
           f"{_fmt_match(r['ours_match_steps'], r['ours_match_ratio'])} | {r['verdict']} |")

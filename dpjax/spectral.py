@@ -166,6 +166,14 @@ def modified_solve(
   if mode == "clip":
     return _eigen_solve(*_clipped_spectrum(h, lam), g)
 
+  if batch:
+    return _add_solve_batched(h, g, lam)
+  return _add_solve(h, g, lam)
+
+
+def _cholesky_add_solve(h, g, lam):
+  """``(x, ok)``: the Cholesky solve of ``(h + lam I) x = g`` and where it worked."""
+  d = h.shape[-1]
   eye = jnp.eye(d, dtype=h.dtype)
   a = 0.5 * (h + jnp.swapaxes(h, -1, -2)) + _expand(lam, 2) * eye
   chol = jnp.linalg.cholesky(a)
@@ -174,17 +182,45 @@ def modified_solve(
   x_chol = jsl.cho_solve((safe_chol, True), g[..., None])[..., 0]
   # A breakdown can also show as a non-finite solve; the fallback covers both.
   ok = jnp.logical_and(ok, jnp.all(jnp.isfinite(x_chol), axis=-1))
+  return x_chol, ok
 
-  def fallback() -> jax.Array:
-    # Under vmap the cond below becomes a select and both branches run. Feeding
-    # the eigendecomposition a matrix that depends on the Cholesky factor AND
-    # the triangular solves orders the LAPACK calls: run side by side,
-    # XLA:CPU's batched kernels (potrf or trsm next to syevd) were seen to
-    # deadlock waiting for each other on the 2-thread pool.
-    h_fallback = jnp.where(ok[..., None, None], eye, h)
-    return _eigen_solve(*_add_spectrum(h_fallback, lam), g)
 
-  if batch:
-    # Under a batch every element must be computed anyway; select per element.
-    return jnp.where(ok[..., None], x_chol, fallback())
-  return jax.lax.cond(ok, lambda: x_chol, fallback)
+def _eigen_add_fallback(h, g, lam, ok):
+  """The eigendecomposition solve, fed ``h`` only where ``ok`` is False.
+
+  The matrix depends on the Cholesky factor and the triangular solves (via
+  ``ok``), which orders the LAPACK calls: run side by side, XLA:CPU's batched
+  kernels (potrf or trsm next to syevd) were seen to deadlock waiting for each
+  other on the 2-thread pool.
+  """
+  eye = jnp.eye(h.shape[-1], dtype=h.dtype)
+  h_fallback = jnp.where(ok[..., None, None], eye, h)
+  return _eigen_solve(*_add_spectrum(h_fallback, lam), g)
+
+
+def _add_solve_batched(h, g, lam):
+  """``add`` over explicit leading batch dims: the eigh runs only if a Cholesky failed.
+
+  The breakdown test is reduced over the whole batch, so the ``cond`` stays a
+  real branch: the usual all-positive-definite batch pays one Cholesky per
+  member and no eigendecomposition (an ``eigh`` costs about as much as
+  forming the Hessian at d = 300).
+  """
+  x_chol, ok = _cholesky_add_solve(h, g, lam)
+  return jax.lax.cond(
+      jnp.all(ok), lambda: x_chol,
+      lambda: jnp.where(ok[..., None], x_chol, _eigen_add_fallback(h, g, lam, ok)))
+
+
+@jax.custom_batching.custom_vmap
+def _add_solve(h, g, lam):
+  """``add`` for one matrix; under ``vmap`` its rule batches explicitly (see above)."""
+  x_chol, ok = _cholesky_add_solve(h, g, lam)
+  return jax.lax.cond(ok, lambda: x_chol, lambda: _eigen_add_fallback(h, g, lam, ok))
+
+
+@_add_solve.def_vmap
+def _add_solve_vmap(axis_size, in_batched, h, g, lam):
+  h, g, lam = (a if b else jnp.broadcast_to(a, (axis_size,) + a.shape)
+               for a, b in zip((h, g, lam), in_batched))
+  return _add_solve_batched(h, g, lam), True

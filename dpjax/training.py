@@ -593,9 +593,21 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
   keys = jax.random.split(jax.random.key(plan.seed), plan.repeats)
   xj, yj = jax.device_put(x), jax.device_put(y)
   if batched:
-    repeats_fn = jax.vmap(one_repeat, in_axes=(0, None, None, None))
-    run = jax.jit(jax.vmap(repeats_fn, in_axes=(None, 0, None, None)))
-    args = (keys, jnp.asarray([lv[0] for lv in levels], x.dtype), xj, yj)
+    # One flat vmap over (level, repeat) pairs, not nested vmaps: the batching
+    # rules of the fused data pass and of the Newton solve then see the whole
+    # batch (nested, the inner rule's work is re-batched by the outer vmap,
+    # measured ~3x slower for Newton at 11 levels x 10 repeats).
+    num_levels = len(levels)
+    flat_keys = jnp.tile(keys, num_levels)
+    flat_rhos = jnp.repeat(jnp.asarray([lv[0] for lv in levels], x.dtype), plan.repeats)
+    flat = jax.vmap(one_repeat, in_axes=(0, 0, None, None))
+
+    def run_fn(flat_keys, flat_rhos, x, y):
+      out = flat(flat_keys, flat_rhos, x, y)
+      return jax.tree.map(lambda a: a.reshape((num_levels, plan.repeats) + a.shape[1:]), out)
+
+    run = jax.jit(run_fn)
+    args = (flat_keys, flat_rhos, xj, yj)
   else:
     rho = levels[0][0]
     run = jax.jit(jax.vmap(lambda key, x, y: one_repeat(key, rho, x, y), in_axes=(0, None, None)))

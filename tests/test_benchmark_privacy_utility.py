@@ -16,7 +16,7 @@ from dpjax import accounting
 _DATASET_KEYS = {"schema", "machine", "quick", "dataset", "n", "d", "delta", "loss_star", "ridge",
                  "repeats", "seed", "init", "levels", "algorithms", "seconds_total"}
 _ROW_KEYS = {"dataset", "epsilon", "accounting", "rho", "algorithm", "gd_steps", "gd_mean", "gd_se",
-             "gd_seconds", "gd_at_edge", "steps", "mean", "se", "seconds", "at_edge", "loss_ratio",
+             "gd_seconds", "gd_at_edge", "gd_at_low_edge", "steps", "mean", "se", "seconds", "at_edge", "at_low_edge", "loss_ratio",
              "time_ratio", "verdict", "gd_match_steps", "gd_match_seconds", "gd_match_ratio",
              "ours_match_steps", "ours_match_seconds", "ours_match_ratio"}
 
@@ -50,7 +50,9 @@ def test_quick_outputs_and_schema(pu, quick_run):
   for name, rec in per["algorithms"].items():
     assert rec["family"] == pu._harness.algorithm_family(name)
     ran = sorted(r["steps"] for r in rec["runs"])
-    assert set(rec["timing"]) == {str(t) for t in ran}
+    assert set(rec["timing"]) == {str(t) for t in pu.timed_steps(per)[name]}
+    assert set(rec["timing"]) <= {str(t) for t in ran}
+    assert {str(b["steps"]) for b in rec["best"].values()} <= set(rec["timing"])
     assert all(t["seconds_run"] > 0 and t["seconds_compile"] > 0 for t in rec["timing"].values())
     for i in ids:
       means = {r["steps"]: r["results"][i]["mean"] for r in rec["runs"] if i in r["results"]}
@@ -104,27 +106,30 @@ def _fake_fit_levels(curves):
   return fit_levels
 
 
-def test_tune_early_stop_and_edge_extension(pu, monkeypatch):
+def test_tune_early_stop_and_edge_extensions(pu, monkeypatch):
   curves = {
       1.0: lambda t: (t - 8) ** 2 + 1.0,  # U-shaped, best at 8.
-      2.0: lambda t: 1.0 / t,             # decreasing: best always at the edge.
+      2.0: lambda t: 1.0 / t,             # decreasing: best always at the top.
   }
   monkeypatch.setattr(pu.training, "fit_levels", _fake_fit_levels(curves))
   levels = [{"id": "a", "rho": 1.0}, {"id": "b", "rho": 2.0}]
+  quiet = lambda label: None  # noqa: E731
   rec = pu.tune(None, "hess-clip", levels, (2, 4, 8, 16, 32, 64, 128), 2, early_stop=True,
-                extend=False, max_steps=128, bar=lambda label: None)
+                extend=False, extend_down=True, max_steps=128, bar=quiet)
   # "a" stops after two rises past its best (T = 16, 32); "b" runs the whole grid.
   assert rec["best"]["a"] == {"steps": 8, "mean": 1.0, "se": 0.0, "at_grid_edge": False,
                               "stopped_after": 32}
   assert rec["best"]["b"]["steps"] == 128 and rec["best"]["b"]["at_grid_edge"]
   assert [r["levels"] for r in rec["runs"]][-1] == ["b"]
   rec = pu.tune(None, "dp-gd", levels, (25, 50, 100), 2, early_stop=False, extend=True,
-                max_steps=400, bar=lambda label: None)
-  # Only the edge level is extended, by doubling, up to max_steps.
-  assert rec["grid"] == [25, 50, 100, 200, 400]
-  assert [r["levels"] for r in rec["runs"]][3:] == [["b"], ["b"]]
+                extend_down=True, max_steps=400, bar=quiet)
+  # Only the top-edge level is extended up, by doubling, to max_steps; only the
+  # bottom-edge level down, by halving, until its best is no longer the smallest T.
+  assert [(r["steps"], r["levels"]) for r in rec["runs"]][3:] == [
+      (200, ["b"]), (400, ["b"]), (12, ["a"]), (6, ["a"]), (3, ["a"])]
+  assert rec["grid"] == [3, 6, 12, 25, 50, 100, 200, 400]
   assert rec["best"]["b"]["steps"] == 400 and rec["best"]["b"]["at_grid_edge"]
-  assert rec["best"]["a"]["steps"] == 25 and not rec["best"]["a"]["at_grid_edge"]
+  assert rec["best"]["a"]["steps"] == 6 and not rec["best"]["a"]["at_grid_edge"]
 
 
 def test_match_and_verdict(pu):

@@ -222,3 +222,21 @@ def test_vmapped_add_solve_in_scan_does_not_deadlock():
                         text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "OK True" in proc.stdout
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_vmapped_add_uses_fallback_only_where_cholesky_fails(jit):
+  good = jnp.diag(jnp.array([2.0, 1.0, 0.5]))
+  bad = jnp.diag(jnp.array([2.0, -1.0, 0.5]))  # indefinite by more than lam: Cholesky fails.
+  g = jnp.array([1.0, 2.0, 3.0])
+  lam = 0.25
+  fn = jax.vmap(lambda h: spectral.modified_solve(h, g, lam, "add"))
+  fn = jax.jit(fn) if jit else fn
+  for batch in ([good, good], [good, bad], [bad, good]):
+    out = fn(jnp.stack(batch))
+    for k, h in enumerate(batch):
+      single = spectral.modified_solve(h, g, lam, "add")
+      np.testing.assert_allclose(out[k], single, rtol=1e-6)
+  # The fallback clamps the negative eigenvalue at 0 before adding lam.
+  np.testing.assert_allclose(fn(jnp.stack([bad, good]))[0], g / jnp.array([2.25, 0.25, 0.75]),
+                             rtol=1e-6)
