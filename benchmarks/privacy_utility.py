@@ -422,6 +422,10 @@ def markdown(payloads: list[dict], info: dict, quick: bool) -> str:
       "Privacy–utility–runtime: DP-GD vs the double-noise Newton variants (Table 1 / Fig. 2 analogue)",
       info)
   first = payloads[0] if payloads else {}
+  lines.append("- runs behind these tables (per-dataset JSON): " + "; ".join(
+      f"{p['dataset']}: `{p['machine']['command'].split('/')[-1]}` at "
+      f"{(p['machine'].get('commit') or '?')[:10]}, {p['seconds_total']:.0f} s" for p in payloads)
+      + f"; total {sum(p['seconds_total'] for p in payloads) / 60:.1f} min.")
   lines += [
       f"- protocol: T tuned non-privately per (dataset, eps, accounting, algorithm) on the grids "
       f"first-order {list(GRIDS['first-order'])} (doubled up to {MAX_FIRST_ORDER_T} while the best T "
@@ -488,15 +492,19 @@ def markdown(payloads: list[dict], info: dict, quick: bool) -> str:
         "Ours: the grids above, 10 repeats, our `synthetic` generator (same distribution, other draws). "
         "|z| = |ours - reference| / sqrt(se_ours^2 + se_ref^2).",
         "",
-        "| dataset | eps (rho) | algorithm | reference T* | reference loss | our T* | our loss | |z| |",
-        "|---|---|---|---|---|---|---|---|",
+        "| dataset | eps (rho) | algorithm | reference T* | reference loss | our T* | our loss | |z| "
+        "| ours at the reference's T* | |z| there |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in ref:
       z = "n/a" if r["z"] is None else f"{r['z']:.1f}"
+      same = ("not on our grid" if r["mean_at_ref_steps"] is None
+              else _fmt_loss(r["mean_at_ref_steps"], r["se_at_ref_steps"]))
+      z_same = "n/a" if r["z_at_ref_steps"] is None else f"{r['z_at_ref_steps']:.1f}"
       lines.append(
           f"| {r['dataset']} | {r['epsilon']:g} ({r['rho']:g}) | {r['algorithm']} | "
           f"{r['ref_steps']} | {_fmt_loss(r['ref_mean'], r['ref_se'])} | {r['steps']} | "
-          f"{_fmt_loss(r['mean'], r['se'])} | {z} |")
+          f"{_fmt_loss(r['mean'], r['se'])} | {z} | {same} | {z_same} |")
   return "\n".join(lines) + "\n"
 
 
@@ -513,9 +521,16 @@ def reference_rows(payloads: list[dict]) -> list[dict]:
           continue
         b = rec["best"][lv["id"]]
         z = None if se is None else abs(b["mean"] - mean) / math.hypot(b["se"], se)
+        same = next((r["results"][lv["id"]] for r in rec["runs"]
+                     if r["steps"] == steps and lv["id"] in r["results"]), None)
+        z_same = (None if se is None or same is None
+                  else abs(same["mean"] - mean) / math.hypot(same["se"], se))
         rows.append({"dataset": p["dataset"], "epsilon": lv["epsilon"], "rho": lv["rho"],
                      "algorithm": alg, "ref_mean": mean, "ref_se": se, "ref_steps": steps,
-                     "mean": b["mean"], "se": b["se"], "steps": b["steps"], "z": z})
+                     "mean": b["mean"], "se": b["se"], "steps": b["steps"], "z": z,
+                     "mean_at_ref_steps": None if same is None else same["mean"],
+                     "se_at_ref_steps": None if same is None else same["se"],
+                     "z_at_ref_steps": z_same})
   return rows
 
 

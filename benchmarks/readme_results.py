@@ -31,7 +31,7 @@ BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 COMMANDS = """```bash
 pip install -e ".[dev]"
-python benchmarks/privacy_utility.py      # Table 1 / Fig. 2 analogue, 6 datasets (about 45 min on 2 cores)
+python benchmarks/privacy_utility.py      # Table 1 / Fig. 2 analogue, 6 datasets (over an hour on 2 cores)
 python benchmarks/speed.py                # per-iteration cost vs Gram/matvec, scaling, repeats, memory
 python benchmarks/convergence.py          # Fig. 1 / Fig. 3 analogue: excess loss vs wall-clock time
 python benchmarks/readme_results.py       # rewrites this section from benchmarks/results/*.json
@@ -55,6 +55,7 @@ def _machine(info: dict) -> str:
 
 def privacy_utility_section(pu: dict) -> list[str]:
   summary = pu["summary"]
+  per_dataset = ", ".join(f"{p['dataset']} {p['seconds_total'] / 60:.0f}" for p in pu["datasets"])
   lines = [
       "### Privacy–utility (Table 1 / Fig. 2 analogue)",
       "",
@@ -64,7 +65,8 @@ def privacy_utility_section(pu: dict) -> list[str]:
       "double-noise variants in that cell; the verdict compares it with tuned DP-GD (tie: within 2 "
       "combined s.e.). Times are of one run at its T* (compile excluded). Full tables, every variant and "
       "the comparison with the reference code: [`benchmarks/results/privacy_utility.md`]"
-      "(benchmarks/results/privacy_utility.md).",
+      "(benchmarks/results/privacy_utility.md). The committed run took "
+      f"{sum(p['seconds_total'] for p in pu['datasets']) / 60:.0f} minutes ({per_dataset}).",
       "",
       "| dataset | ε | DP-GD loss, paper / gaussian accounting | best Newton (gaussian, T*) | its loss, "
       "paper / gaussian | verdict, paper / gaussian | time GD/Newton at T* | DP-GD time to match Newton |",
