@@ -32,7 +32,6 @@ import json
 import os
 import pathlib
 import platform
-import resource
 import shlex
 import statistics
 import subprocess
@@ -260,11 +259,6 @@ def _json_default(o: Any) -> Any:
   if isinstance(o, pathlib.Path):
     return str(o)
   raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def peak_rss_bytes() -> int:
-  """This process's peak resident set size so far (Linux ``ru_maxrss`` is KiB)."""
-  return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 # ----------------------------------------------------------------------------

@@ -425,16 +425,13 @@ def _batchable_fused(curvature: str, rows: int):
     if in_batched[1] or in_batched[2]:
       axes = tuple(0 if b else None for b in in_batched)
       return jax.vmap(single, in_axes=axes, axis_size=axis_size)(w, x, y), (True, True, True)
-    if _MAP_ONLY or 2 * axis_size < x.shape[1]:
+    if 2 * axis_size < x.shape[1]:
       # Fewer members than d / 2: one cache-blocked pass per member, in
       # sequence (the default rule's batched blocks overflow the cache).
       return lax.map(lambda wi: single(wi, x, y), w), (True, True, True)
     return _packed_batched(w, x, y, coefficient), (True, True, True)
 
   return fn
-
-
-_MAP_ONLY = False  # benchmarks/tests: force the per-member path.
 
 
 def _packed_batched(w, x, y, coefficient):

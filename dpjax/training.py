@@ -353,7 +353,7 @@ def fit(
   plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
                guard_radius=guard_radius, timing_runs=timing_runs, options=algorithm_options)
   rho, epsilon, delta = _budget(plan.n, epsilon, rho, delta, accounting)
-  plan.factory(key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
+  make_transform(plan.algorithm, key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
   return _execute(plan, [(rho, epsilon, delta, accounting)], batched=False)[0]
 
 
@@ -375,8 +375,8 @@ def fit_levels(
 ) -> list[FitResult]:
   """:func:`fit` at several privacy levels in one compiled program.
 
-  The run is ``jit(vmap over levels (vmap over repeats (scan over steps)))``:
-  one compilation serves every level, which is what a privacy-utility sweep
+  The run is ``jit(vmap over (level, repeat) pairs (scan over steps))``: one
+  compilation serves every level, which is what a privacy-utility sweep
   needs (compiling :func:`fit` once per level costs more than the runs for
   short Newton fits). The budget reaches the transform as a traced scalar, so
   each level's noise scales are computed in the graph from its own ``rho``
@@ -452,7 +452,7 @@ def fit_levels(
     except ValueError as err:
       raise ValueError(f"privacy level {i}: {err}") from None
   for rho, *_ in levels:
-    plan.factory(key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
+    make_transform(plan.algorithm, key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
   return _execute(plan, levels, batched=True)
 
 
@@ -516,9 +516,7 @@ class _Plan(NamedTuple):
   init: str
   guard_radius: float
   timing_runs: int
-  factory: Callable
-  kwargs: dict
-  curvature: str | None
+  kwargs: dict  # n, steps and the algorithm's options (make_transform adds the rest).
 
 
 def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_runs,
@@ -551,12 +549,9 @@ def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_r
         f"guard_radius={guard_radius:g} must exceed ||w0|| = 1 for init='random-unit', "
         "or every step would reset; pass a larger guard_radius."
     )
-  factory_name, fixed, curvature = _ALGORITHM_SPECS[algorithm]
-  factory = getattr(transforms, factory_name)
-  _check_options(algorithm, factory, options)
-  kwargs = dict(fixed, n=n, steps=steps, **options)
+  _check_options(algorithm, getattr(transforms, _ALGORITHM_SPECS[algorithm][0]), options)
   return _Plan(algorithm, x, y, n, d, steps, repeats, seed, init, guard_radius, timing_runs,
-               factory, kwargs, curvature)
+               dict(n=n, steps=steps, **options))
 
 
 def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
@@ -565,8 +560,8 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
   ``batched=False`` (one level) closes over the Python ``rho``: exact host
   calibration and charges. ``batched=True`` vmaps over a traced ``rho``.
   """
-  x, y, d, init, factory, kwargs = plan.x, plan.y, plan.d, plan.init, plan.factory, plan.kwargs
-  curvature, guard_radius, steps = plan.curvature, plan.guard_radius, plan.steps
+  x, y, d, init, kwargs = plan.x, plan.y, plan.d, plan.init, plan.kwargs
+  guard_radius, steps = plan.guard_radius, plan.steps
   loss_star, ridge = optimum_loss(x, y)
 
   def one_repeat(key, rho, x, y):
@@ -576,7 +571,7 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
     else:
       g = jax.random.normal(init_key, (d,), x.dtype)
       w0 = g / jnp.linalg.norm(g)
-    tx = factory(key=tx_key, rho=rho, **kwargs)
+    tx, curvature = make_transform(plan.algorithm, key=tx_key, rho=rho, **kwargs)
     state = tx.init(w0)
     one_step = fit_step(tx, curvature, w0, guard_radius)
 
