@@ -25,15 +25,17 @@ Protocol:
   hence common random numbers across levels), ``init="random-unit"`` (the
   reference's start), public divergence guard radius 1e4.
 * T grids: first-order (DP-GD) 25, 50, ..., 3200, extended by doubling (up to
-  :data:`MAX_FIRST_ORDER_T`, 6400 on w8a) for the levels whose best T is still the largest
+  :data:`MAX_FIRST_ORDER_T` = 6400) for the levels whose best T is still the largest
   one run; second-order (the Newton variants) 2, 4, ..., 64. A level leaves a
-  Newton grid early once its mean loss has risen at two grid points after its
-  best (a U-shaped curve; this skips long runs at small eps that cannot win)
+  Newton grid early once its mean loss has risen at a grid point after its
+  best, i.e. once its best T is no longer the grid edge (the rule that ends
+  the first-order extension; this skips long runs at small eps that cannot win)
   and the JSON records where each level stopped. Both families are extended
   downwards by halving (to 12, 6, 3, 1, or to 1) for the levels whose best T
   is the smallest one run: at tiny eps the best run barely moves.
 * Time: the wall-clock seconds of **one** run (``dpjax.fit`` with
-  ``repeats=1``), compile excluded, the faster of 2 executions, for every T
+  ``repeats=1``), compile excluded, the faster of 2 executions (one once the
+  algorithm's runs take a second or more), for every T
   the tables use (each level's best T and the T that first matches the other
   side's best loss; a run's time does not depend on eps). The batched programs'
   seconds are recorded too.
@@ -69,7 +71,7 @@ JSON schema (``privacy_utility_<dataset>.json``)::
                      seconds_run: float,           # the batched program
                      results: {level id: {mean: float, se: float,
                                           excess_losses: [float], guard_resets: int}}},
-      timing: {str(steps): {seconds_run, seconds_compile}},  # one run, repeats=1,
+      timing: {str(steps): {seconds_run, seconds_compile, executions}},  # one run, repeats=1,
                                      # for the T of timed_steps()
       best: {level id: {steps: int, mean: float, se: float, at_grid_edge: bool,
                         stopped_after: int}}}}
@@ -103,11 +105,11 @@ GRIDS = {
     "first-order": (25, 50, 100, 200, 400, 800, 1600, 3200),
     "second-order": (2, 4, 8, 16, 32, 64),
 }
-MAX_FIRST_ORDER_T = 12_800
-# w8a's DP-GD is still optimisation-limited at T = 1600 (||w*|| ~ 800,
-# reference-measurements.md section 4); its extension stops at 6400 to keep the
-# full run under an hour on 2 cores (such cells are marked "edge").
-MAX_FIRST_ORDER_T_OVERRIDE = {"w8a": 6_400}
+# The first-order extension stops at 6400 (twice the required 3200) to keep the
+# full run under an hour on 2 cores; cells whose best T is 6400 are marked
+# "edge". A run to 12,800 (commit 524fe46) found 12,800 worse than 6400 in 7
+# of the 9 such cells outside w8a, and better by at most 4% in the other 2.
+MAX_FIRST_ORDER_T = 6_400
 EARLY_STOP = {"first-order": False, "second-order": True}
 QUICK_GRIDS = {"first-order": (25, 100), "second-order": (2, 4)}
 QUICK_EPSILONS = (1.0, 10.0)
@@ -121,7 +123,9 @@ REFERENCE_RHOS = {
 DEFAULT_DATASETS = ("synthetic", "phishing", "ijcnn1", "a1a.t", "a9a", "w8a")
 INIT = "random-unit"
 SEED = 0
-TIMING_RUNS = 2  # executions of each one-run program; the fastest is kept.
+EARLY_STOP_RISES = 1  # grid points past its best after which a Newton level stops.
+TIMING_RUNS = 2  # executions of each short one-run program; the fastest is kept.
+LONG_RUN_SECONDS = 1.0  # from a run this long on, later (longer) T execute once.
 
 
 def level_id(eps: float, method: str) -> str:
@@ -153,7 +157,7 @@ def tune(ds, algorithm: str, levels: list[dict], grid, repeats: int, *, early_st
   """Runs the T grid of one algorithm at all levels; returns its JSON record.
 
   1. The grid, upwards; with ``early_stop`` a level leaves once its mean loss
-     has risen at two grid points after its best.
+     has risen at ``EARLY_STOP_RISES`` grid points after its best.
   2. ``extend``: while a level's best T is the largest it ran (and it did not
      stop early), run it at twice that T, up to ``max_steps``.
   3. ``extend_down``: while a level's best T is the smallest it ran, run it at
@@ -187,7 +191,7 @@ def tune(ds, algorithm: str, levels: list[dict], grid, repeats: int, *, early_st
     run(steps, active)
     if early_stop:
       for i in list(active):
-        if sum(1 for t in history[i] if t > best_t(i)) >= 2:
+        if sum(1 for t in history[i] if t > best_t(i)) >= EARLY_STOP_RISES:
           stopped[i] = steps
           active.remove(i)
   top = max(grid)
@@ -238,7 +242,7 @@ def run_dataset(name: str, args, algorithms, epsilons, grids, bar_desc: str) -> 
     out["algorithms"][alg] = tune(
         ds, alg, levels, grids[fam], args.repeats, early_stop=EARLY_STOP[fam],
         extend=(fam == "first-order" and not args.quick), extend_down=not args.quick,
-        max_steps=MAX_FIRST_ORDER_T_OVERRIDE.get(name, MAX_FIRST_ORDER_T), bar=bar)
+        max_steps=MAX_FIRST_ORDER_T, bar=bar)
   for alg, steps in timed_steps(out).items():
     out["algorithms"][alg]["timing"] = measure_times(ds, alg, steps, levels[0]["rho"], bar)
   progress.close()
@@ -276,14 +280,21 @@ def measure_times(ds, algorithm: str, steps_list, rho: float, bar) -> dict:
   """Seconds of one run (``dpjax.fit`` with repeats=1) per T, compile excluded.
 
   The program runs ``TIMING_RUNS`` times and the fastest is kept: the first
-  execution of a fresh program pays one-time costs.
+  execution of a fresh program pays one-time costs (measured up to +50% on a
+  0.1 s run, a few per cent on a 1 s run). T is walked upwards; once a run
+  took ``LONG_RUN_SECONDS``, the longer ones execute once, where those costs
+  are noise.
   """
   out = {}
+  runs = TIMING_RUNS
   for steps in sorted(set(steps_list)):
     bar(f"time {algorithm} T={steps}")
     res = dpjax.fit(ds, algorithm, rho=rho, steps=steps, repeats=1, seed=SEED, init=INIT,
-                    timing_runs=TIMING_RUNS)
-    out[str(steps)] = {"seconds_run": res.seconds_run, "seconds_compile": res.seconds_compile}
+                    timing_runs=runs)
+    out[str(steps)] = {"seconds_run": res.seconds_run, "seconds_compile": res.seconds_compile,
+                       "executions": runs}
+    if res.seconds_run >= LONG_RUN_SECONDS:
+      runs = 1
   return out
 
 
@@ -429,8 +440,8 @@ def markdown(payloads: list[dict], info: dict, quick: bool) -> str:
   lines += [
       f"- protocol: T tuned non-privately per (dataset, eps, accounting, algorithm) on the grids "
       f"first-order {list(GRIDS['first-order'])} (doubled up to {MAX_FIRST_ORDER_T} while the best T "
-      f"is the largest run), second-order {list(GRIDS['second-order'])} (a level stops after two "
-      f"rises past its best); both halved down to T = 1 while the best T is the smallest run; {first.get('repeats')} vmapped repeats, seed {SEED}, "
+      f"is the largest run), second-order {list(GRIDS['second-order'])} (a level stops once its "
+      f"loss rises past its best); both halved down to T = 1 while the best T is the smallest run; {first.get('repeats')} vmapped repeats, seed {SEED}, "
       f"init {INIT}, delta = n^-2; excess loss = final-iterate mean loss minus the exact optimum "
       f"(float64), mean ± s.e. over repeats."
       + (" **Quick smoke run: tiny grids, not results.**" if quick else ""),

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from dpjax import _validate
@@ -179,16 +180,50 @@ def _softplus_and_residual(m, y):
   return loss, -y * sig_neg
 
 
+def _triangle_cuts(d: int) -> tuple[int, ...]:
+  """Column cuts of the block upper triangle of the curvature matrix.
+
+  With ``k`` column blocks only the ``k (k + 1) / 2`` blocks on or above the
+  diagonal are multiplied: ``(k + 1) / (2k)`` of the flops of the full Gram.
+  Measured per fused pass (AMD EPYC, 2 cores, float32): w8a (d = 301)
+  53 -> 41 ms with k = 4, a1a.t (d = 124) 7.6 -> 6.4 ms with k = 3; at
+  d <= 100 the smaller products cost what the halved flops save, so k = 1.
+  """
+  k = 1 if d < 112 else (3 if d < 256 else 4)
+  return tuple(int(c) for c in np.linspace(0, d, k + 1).round())
+
+
 def _block_sums(w, xb, yb, coefficient):
-  """Sums over one row block: (loss, X_b^T [c*X_b | r]) or (loss, r @ X_b)."""
+  """Sums over one row block: ``(loss, r @ X_b)``, or with a curvature
+  ``(loss, blocks)`` where ``blocks[a] = X_b[:, a-th cut]^T [c*X_b[:, cut_a:] | r]``
+  is row block ``a`` of the upper block triangle of ``X_b^T [c*X_b | r]``
+  (see :func:`_triangle_cuts` and :func:`_assemble`)."""
   z = xb @ w
   per_example, r = _softplus_and_residual(yb * z, yb)
   loss = jnp.sum(per_example)
   if coefficient is None:
     return loss, r @ xb  # `c @ x` form: no transpose of x is materialised.
-  c = coefficient(z)
-  rhs = jnp.concatenate([xb * c[:, None], r[:, None]], axis=1)
-  return loss, lax.dot_general(xb, rhs, (((0,), (0,)), ((), ())))
+  xc = xb * coefficient(z)[:, None]
+  cuts = _triangle_cuts(xb.shape[1])
+  contract = (((0,), (0,)), ((), ()))
+  blocks = tuple(
+      lax.dot_general(xb[:, lo:hi], jnp.concatenate([xc[:, lo:], r[:, None]], axis=1), contract)
+      for lo, hi in zip(cuts[:-1], cuts[1:]))
+  return loss, blocks
+
+
+def _assemble(blocks, d: int, scale):
+  """Gradient and exactly symmetric matrix from the summed triangle blocks."""
+  cuts = _triangle_cuts(d)
+  grad = jnp.concatenate([b[:, -1] for b in blocks])
+  upper = jnp.concatenate(
+      [jnp.pad(b[:, :-1], ((0, 0), (lo, 0))) for b, lo in zip(blocks, cuts[:-1])], axis=0)
+  block_of = np.searchsorted(np.asarray(cuts[1:]), np.arange(d), side="right")
+  off_diagonal = jnp.asarray(block_of[:, None] < block_of[None, :])  # static mask
+  full = upper + jnp.where(off_diagonal, upper, 0).T
+  # fl(a + b) == fl(b + a), so this is exactly symmetric; off the diagonal
+  # blocks it is (u + u) / 2 == u.
+  return grad * scale, (full + full.T) * (0.5 * scale)
 
 
 @functools.partial(jax.jit, static_argnames=("curvature", "rows"))
@@ -230,11 +265,8 @@ def _fused(w, x, y, *, curvature, rows):
   inv_n = jnp.asarray(1.0 / n, dtype)
   if coefficient is None:
     return loss * inv_n, acc * inv_n
-  d = x.shape[1]
-  gram = acc[:, :d]
-  # fl(a + b) == fl(b + a), so this is exactly symmetric.
-  matrix = (gram + gram.T) * (0.5 * inv_n)
-  return LossGradCurvature(loss * inv_n, acc[:, d] * inv_n, matrix)
+  grad, matrix = _assemble(acc, x.shape[1], inv_n)
+  return LossGradCurvature(loss * inv_n, grad, matrix)
 
 
 def logistic_loss_and_grad(
@@ -251,8 +283,9 @@ def logistic_loss_and_grad(
   ``x.T @ r``, which materialises a transpose on XLA:CPU; ecosystem.md
   section 6). This is the cheap path for DP-GD. By default it makes two
   matrix-vector passes (``x @ w`` then ``r @ x``), which XLA:CPU streams at
-  memory speed: measured as fast as the blocked single pass at n = 581,012
-  and about 2x faster at n = 30,956.
+  memory speed: about 2x faster than the blocked single pass at
+  n = 30,956. On one CPU device, once x outgrows the cache (more than 2^23
+  elements), the two passes walk row blocks instead (w8a: 6.8 -> 4.7 ms).
 
   Args:
     w: parameters, shape (d,).
@@ -294,8 +327,25 @@ def _loss_and_grad_dense(w, x, y):
 
 @jax.custom_batching.custom_vmap
 def _loss_and_grad_two_pass(w, x, y):
-  """Two matrix-vector passes: ``z = x @ w``, then ``grad = r @ x``."""
+  """Two matrix-vector passes: ``z = x @ w``, then ``grad = r @ x``.
+
+  When x outgrows the cache (:func:`_blocks_pay`) the two passes walk row
+  blocks instead, so each block is read from memory once: measured 6.8 ->
+  4.7 ms per call on w8a (49,749 x 301).
+  """
+  if _blocks_pay(x.shape[0], 1, x.shape[1]):
+    loss, grad = _many_w_two_pass(w[None], x, y)
+    return loss[0], grad[0]
   return _loss_and_grad_dense(w, x, y)
+
+
+# Under vmap, rows per block of the batched DP-GD pass hold about this many
+# margins plus features, ``rows * (B + d)`` (2 MiB in float32).
+_BATCHED_BLOCK_ELEMENTS = 2**19
+# Below both sizes (elements of the (n, B) margins and of x) one pass over
+# all rows measured as fast or faster than blocks.
+_BATCHED_MARGINS_IN_CACHE = 2**21
+_BATCHED_X_IN_CACHE = 2**23
 
 
 @_loss_and_grad_two_pass.def_vmap
@@ -305,25 +355,68 @@ def _loss_and_grad_two_pass_vmap(axis_size, in_batched, w, x, y):
   The default rule puts the batch axis first, ``(B, n)``, and XLA:CPU then
   contracts ``(B, n) @ (n, d)`` at about half the speed of the same product
   with the batch axis last. Keeping the margins as ``(n, B)`` avoids that and
-  every transpose: measured 16 DP-GD repeats on a1a.t at ~2.5x one repeat
-  instead of ~5x.
+  every transpose. On one CPU device, once the ``(n, B)`` margins or ``x``
+  outgrow the cache, the rows are also walked in blocks of about
+  ``_BATCHED_BLOCK_ELEMENTS / (B + d)`` rows, so that the ``(rows, B)``
+  margins, losses and residuals stay in cache between the two products:
+  measured with B = 80 (AMD EPYC, 2 cores) 29 -> 8 ms per step on ijcnn1
+  (d = 23), 20 -> 12 ms on a1a.t, 55 -> 37 ms on w8a and 346 -> 244 ms at
+  the covertype size, against the same products over all n rows at once.
   """
   w_batched, x_batched, y_batched = in_batched
   if x_batched or y_batched:
     axes = tuple(0 if b else None for b in in_batched)
     out = jax.vmap(_loss_and_grad_dense, in_axes=axes, axis_size=axis_size)(w, x, y)
     return out, (True, True)
-  if axis_size == 1:  # Matrix-vector products are faster than an (n, 1) contraction.
+  if axis_size == 1 and not _blocks_pay(x.shape[0], 1, x.shape[1]):
+    # Matrix-vector products are faster than an (n, 1) contraction.
     loss, grad = _loss_and_grad_dense(w[0], x, y)
     return (loss[None], grad[None]), (True, True)
+  return _many_w_two_pass(w, x, y), (True, True)
+
+
+def _blocks_pay(n: int, b: int, d: int) -> bool:
+  """Whether ``b`` members against an ``(n, d)`` x are walked in row blocks.
+
+  Only on one CPU device (several may hold a sharded x, which slicing would
+  gather), and once the ``(n, b)`` margins or x outgrow the cache.
+  """
+  return (jax.default_backend() == "cpu" and jax.local_device_count() == 1
+          and (n * b > _BATCHED_MARGINS_IN_CACHE or n * d > _BATCHED_X_IN_CACHE))
+
+
+def _many_w_two_pass(w, x, y):
+  """Mean losses [B] and gradients [B, d] of ``w`` [B, d], margins kept (rows, B)."""
   dtype = jnp.result_type(w, x, y)
   w, x, y = (a.astype(dtype) for a in (w, x, y))
-  inv_n = jnp.asarray(1.0 / x.shape[0], dtype)
-  margins = y[:, None] * lax.dot_general(x, w, (((1,), (1,)), ((), ())))  # (n, B)
-  per_example, r = _softplus_and_residual(margins, y[:, None])
-  loss = jnp.sum(per_example, axis=0) * inv_n
-  grad = lax.dot_general(r, x, (((0,), (0,)), ((), ()))) * inv_n  # (B, d)
-  return (loss, grad), (True, True)
+  n, d = x.shape
+  b = w.shape[0]
+  inv_n = jnp.asarray(1.0 / n, dtype)
+
+  def block(xb, yb):
+    margins = yb[:, None] * lax.dot_general(xb, w, (((1,), (1,)), ((), ())))  # (rows, B)
+    per_example, r = _softplus_and_residual(margins, yb[:, None])
+    return jnp.sum(per_example, axis=0), lax.dot_general(r, xb, (((0,), (0,)), ((), ())))
+
+  rows = n
+  if _blocks_pay(n, b, d):
+    rows = max(_MIN_BLOCK_ROWS, _BATCHED_BLOCK_ELEMENTS // (b + d))
+  num_iter = n // rows
+  if num_iter <= 1:
+    loss, grad = block(x, y)
+  else:
+    add = functools.partial(jax.tree.map, jnp.add)
+
+    def body(i, acc):
+      xb = lax.dynamic_slice_in_dim(x, i * rows, rows)
+      yb = lax.dynamic_slice_in_dim(y, i * rows, rows)
+      return add(acc, block(xb, yb))
+
+    zeros = (jnp.zeros((b,), dtype), jnp.zeros((b, d), dtype))
+    loss, grad = lax.fori_loop(0, num_iter, body, zeros)
+    if n > num_iter * rows:  # Static ragged tail.
+      loss, grad = add((loss, grad), block(x[num_iter * rows:], y[num_iter * rows:]))
+  return loss * inv_n, grad * inv_n
 
 
 def logistic_grad_and_curvature(
@@ -388,6 +481,11 @@ def logistic_grad_and_curvature(
 # Rows per block of the packed batched rule hold about this many products
 # x_ij x_ik (8 MiB in float32).
 _PACKED_BLOCK_ELEMENTS = 2**21
+# The packed rule needs this many members (forming the packed triangle is
+# shared by all of them) and at most this many features (past it, writing
+# the n x d^2/2 triangle costs more than the halved flops save).
+_PACKED_MIN_BATCH = 40
+_PACKED_MAX_D = 256
 
 
 @functools.lru_cache(maxsize=None)
@@ -399,19 +497,21 @@ def _batchable_fused(curvature: str, rows: int):
   overflow the cache: measured 1.3-3x slower per member than one unbatched
   pass. The rule instead picks, for ``B`` members and ``d`` features:
 
-  * ``B < d / 2``: ``lax.map`` over the members, each one cache-blocked pass
-    (the unbatched cost per member);
-  * ``B >= d / 2``: per row block, the packed upper triangle
+  * ``B < _PACKED_MIN_BATCH`` or ``d > _PACKED_MAX_D``: ``lax.map`` over the
+    members, each one cache-blocked pass (the unbatched cost per member);
+  * otherwise: per row block, the packed upper triangle
     ``K[i, (j, k)] = x_ij x_ik`` (``j <= k``, ``P = d (d + 1) / 2`` columns)
     is formed once for the whole batch and contracted with the ``[rows, B]``
     curvature coefficients in one large product: half the flops of the full
     Gram (symmetry) in a matmul shape that runs near peak. The matrix is
     gathered from the packed triangle, so it is exactly symmetric.
 
-  Measured per member (AMD EPYC, 2 cores): a1a.t (d = 124) 7.4 ms unbatched,
-  4.1 ms packed at B = 80; w8a (d = 301) at B = 80 and covertype size
-  (d = 54) at B = 16 are faster per member with the map (53 vs 56 ms, 46 vs
-  60 ms), hence the threshold.
+  Measured per member, map against packed (AMD EPYC, 2 cores, float32):
+  a1a.t (d = 124) 6.8 vs 6.6 ms at B = 32 and 6.6 vs 4.1 ms at B = 80;
+  synthetic (d = 100) 1.7 vs 1.8 at B = 32, 1.7 vs 1.4 at B = 48; phishing
+  (d = 69) 0.93 vs 1.08 at B = 32, 0.92 vs 0.83 at B = 48; w8a (d = 301)
+  43 vs 56 ms at B = 80; covertype size (d = 54) 46 vs 60 ms at B = 16.
+  Hence the thresholds.
   """
   coefficient = _COEFFICIENTS[curvature]
 
@@ -425,9 +525,9 @@ def _batchable_fused(curvature: str, rows: int):
     if in_batched[1] or in_batched[2]:
       axes = tuple(0 if b else None for b in in_batched)
       return jax.vmap(single, in_axes=axes, axis_size=axis_size)(w, x, y), (True, True, True)
-    if 2 * axis_size < x.shape[1]:
-      # Fewer members than d / 2: one cache-blocked pass per member, in
-      # sequence (the default rule's batched blocks overflow the cache).
+    if axis_size < _PACKED_MIN_BATCH or x.shape[1] > _PACKED_MAX_D:
+      # One cache-blocked pass per member, in sequence (the default rule's
+      # batched blocks overflow the cache).
       return lax.map(lambda wi: single(wi, x, y), w), (True, True, True)
     return _packed_batched(w, x, y, coefficient), (True, True, True)
 

@@ -621,20 +621,23 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
   out = jax.device_get(out)
   if not batched:
     out = jax.tree.map(lambda a: a[None], out)
+  # Every level's final losses in one float64 pass (one conversion of x).
+  final = np.asarray(out[0])
+  all_losses = _host_losses(final.reshape(-1, d), x, y).reshape(final.shape[:2])
   results = []
   for i, (rho, epsilon, delta, method) in enumerate(levels):
     params, losses, resets, state = jax.tree.map(lambda a: a[i], out)
-    results.append(_result(plan, params, losses, resets, state, rho=rho, epsilon=epsilon,
+    results.append(_result(plan, params, losses, resets, state, all_losses[i] - loss_star,
+                           rho=rho, epsilon=epsilon,
                            delta=delta, method=method, loss_star=loss_star, ridge=ridge,
                            seconds_compile=seconds_compile, seconds_run=seconds_run))
   return results
 
 
-def _result(plan, params, losses, resets, state, *, rho, epsilon, delta, method, loss_star,
-            ridge, seconds_compile, seconds_run) -> FitResult:
+def _result(plan, params, losses, resets, state, excess, *, rho, epsilon, delta, method,
+            loss_star, ridge, seconds_compile, seconds_run) -> FitResult:
   repeats = plan.repeats
   params = np.asarray(params)
-  excess = _host_losses(params, plan.x, plan.y) - loss_star
   se = float(np.std(excess, ddof=1) / math.sqrt(repeats)) if repeats > 1 else 0.0
   return FitResult(
       params=params,

@@ -54,6 +54,7 @@ def test_quick_outputs_and_schema(pu, quick_run):
     assert set(rec["timing"]) <= {str(t) for t in ran}
     assert {str(b["steps"]) for b in rec["best"].values()} <= set(rec["timing"])
     assert all(t["seconds_run"] > 0 and t["seconds_compile"] > 0 for t in rec["timing"].values())
+    assert all(t["executions"] in (1, pu.TIMING_RUNS) for t in rec["timing"].values())
     for i in ids:
       means = {r["steps"]: r["results"][i]["mean"] for r in rec["runs"] if i in r["results"]}
       best = rec["best"][i]
@@ -116,9 +117,10 @@ def test_tune_early_stop_and_edge_extensions(pu, monkeypatch):
   quiet = lambda label: None  # noqa: E731
   rec = pu.tune(None, "hess-clip", levels, (2, 4, 8, 16, 32, 64, 128), 2, early_stop=True,
                 extend=False, extend_down=True, max_steps=128, bar=quiet)
-  # "a" stops after two rises past its best (T = 16, 32); "b" runs the whole grid.
+  # "a" stops after the first rise past its best (T = 16); "b" runs the whole grid.
   assert rec["best"]["a"] == {"steps": 8, "mean": 1.0, "se": 0.0, "at_grid_edge": False,
-                              "stopped_after": 32}
+                              "stopped_after": 16}
+  assert [r["steps"] for r in rec["runs"] if "a" in r["levels"]] == [2, 4, 8, 16]
   assert rec["best"]["b"]["steps"] == 128 and rec["best"]["b"]["at_grid_edge"]
   assert [r["levels"] for r in rec["runs"]][-1] == ["b"]
   rec = pu.tune(None, "dp-gd", levels, (25, 50, 100), 2, early_stop=False, extend=True,

@@ -343,11 +343,12 @@ def test_loss_and_grad_batching_rule_matches_loop(batch, jit):
 
 
 @pytest.mark.parametrize("curvature", glm.CURVATURES)
-@pytest.mark.parametrize("batch,n", [(3, 1000), (12, 1000), (12, 1003)])
+@pytest.mark.parametrize("batch,n", [(3, 1000), (glm._PACKED_MIN_BATCH, 1000),
+                                     (glm._PACKED_MIN_BATCH, 1003)])
 @pytest.mark.parametrize("jit", [True, False])
 def test_batching_rule_matches_loop(curvature, batch, n, jit):
-  # d = 20: batch 3 takes the per-member map, batch 12 (>= d / 2) the packed
-  # triangle; n = 1003 also exercises the ragged tail block.
+  # d = 20: batch 3 takes the per-member map, batch _PACKED_MIN_BATCH the
+  # packed triangle; n = 1003 also exercises the ragged tail block.
   x, y = data.synthetic(0, n=n, d=20)
   x, y = jnp.asarray(x), jnp.asarray(y)
   ws = 0.5 * jax.random.normal(jax.random.key(1), (batch, 20))
@@ -363,9 +364,65 @@ def test_batching_rule_matches_loop(curvature, batch, n, jit):
 
 def test_packed_rule_float64(x64):
   x, y = data.synthetic(0, n=500, d=6, dtype=np.float64)
-  ws = jax.random.normal(jax.random.key(2), (4, 6), jnp.float64)
+  ws = jax.random.normal(jax.random.key(2), (glm._PACKED_MIN_BATCH, 6), jnp.float64)
   batched = jax.vmap(lambda w: glm.logistic_grad_and_curvature(w, x, y, "hessian"))(ws)
   assert batched.matrix.dtype == jnp.float64
-  for k in range(4):
+  for k in range(0, glm._PACKED_MIN_BATCH, 9):
     ref = jax.hessian(glm.logistic_loss)(ws[k], jnp.asarray(x), jnp.asarray(y))
     np.testing.assert_allclose(batched.matrix[k], ref, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_loss_and_grad_blocked_batching_rule(jit):
+  """Past the cache sizes the rule walks row blocks (and a ragged tail)."""
+  n, d, batch = 30_011, 5, 80  # n * batch > glm._BATCHED_MARGINS_IN_CACHE
+  assert n * batch > glm._BATCHED_MARGINS_IN_CACHE
+  assert n % max(glm._MIN_BLOCK_ROWS, glm._BATCHED_BLOCK_ELEMENTS // (batch + d)) != 0
+  rng = np.random.default_rng(12)
+  x = (rng.normal(size=(n, d)) / 3).astype(np.float32)
+  y = np.where(rng.random(n) < 0.5, -1.0, 1.0).astype(np.float32)
+  ws = (2 * rng.normal(size=(batch, d))).astype(np.float32)
+  fn = jax.vmap(lambda w: glm.logistic_loss_and_grad(w, x, y))
+  loss, grad = (jax.jit(fn) if jit else fn)(ws)
+  margins = y[:, None] * (x.astype(np.float64) @ ws.T.astype(np.float64))  # (n, B)
+  ref_loss = np.logaddexp(0.0, -margins).mean(axis=0)
+  ref_grad = (-y[:, None] / (1 + np.exp(margins))).T @ x / n
+  np.testing.assert_allclose(loss, ref_loss, rtol=2e-5)
+  np.testing.assert_allclose(grad, ref_grad, rtol=1e-4, atol=2e-7)
+
+
+@pytest.mark.parametrize("d", [130, 300])
+@pytest.mark.parametrize("curvature", glm.CURVATURES)
+def test_block_triangle_matches_autodiff_float64(x64, d, curvature):
+  """At d >= 112 only the upper block triangle is multiplied; the assembled
+  matrix is the full, exactly symmetric one."""
+  assert len(glm._triangle_cuts(d)) > 2
+  x, y = data.synthetic(3, n=700, d=d, dtype=np.float64)
+  w = 0.3 * jax.random.normal(jax.random.key(4), (d,), jnp.float64)
+  out = glm.logistic_grad_and_curvature(w, x, y, curvature)
+  assert np.array_equal(out.matrix, out.matrix.T)
+  z = np.asarray(x) @ np.asarray(w)
+  c = np.asarray(glm._COEFFICIENTS[curvature](jnp.asarray(z)))
+  np.testing.assert_allclose(out.matrix, (np.asarray(x) * c[:, None]).T @ np.asarray(x) / 700,
+                             rtol=1e-12, atol=1e-16)
+  np.testing.assert_allclose(out.grad, jax.grad(glm.logistic_loss)(w, jnp.asarray(x),
+                                                                   jnp.asarray(y)),
+                             rtol=1e-12, atol=1e-16)
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_loss_and_grad_blocked_single_w(jit):
+  """An x past the cache size takes row blocks also for a single w."""
+  n, d = 84_011, 101
+  assert n * d > glm._BATCHED_X_IN_CACHE
+  rng = np.random.default_rng(13)
+  x = (rng.normal(size=(n, d)) / 10).astype(np.float32)
+  y = np.where(rng.random(n) < 0.5, -1.0, 1.0).astype(np.float32)
+  w = rng.normal(size=d).astype(np.float32)
+  fn = functools.partial(glm.logistic_loss_and_grad, x=x, y=y)
+  loss, grad = (jax.jit(fn) if jit else fn)(w)
+  one = jax.vmap(fn)(w[None])
+  margins = y * (x.astype(np.float64) @ w.astype(np.float64))
+  np.testing.assert_allclose(loss, np.logaddexp(0.0, -margins).mean(), rtol=2e-5)
+  np.testing.assert_allclose(grad, (-y / (1 + np.exp(margins))) @ x / n, rtol=1e-4, atol=2e-7)
+  np.testing.assert_allclose(one[1][0], grad, rtol=1e-5, atol=1e-8)
