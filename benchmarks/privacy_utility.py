@@ -29,7 +29,9 @@ Protocol:
   one run; second-order (the Newton variants) 2, 4, ..., 64. A level leaves a
   Newton grid early once its mean loss has risen at a grid point after its
   best, i.e. once its best T is no longer the grid edge (the rule that ends
-  the first-order extension; this skips long runs at small eps that cannot win)
+  the first-order extension; this skips long runs at small eps that cannot
+  win), unless that best is still above the excess loss at the start w_0 (a
+  diverging run at small T, which longer runs can recover from)
   and the JSON records where each level stopped. Both families are extended
   downwards by halving (to 12, 6, 3, 1, or to 1) for the levels whose best T
   is the smallest one run: at tiny eps the best run barely moves.
@@ -66,7 +68,7 @@ JSON schema (``privacy_utility_<dataset>.json``)::
   repeats: int; seed: int; init: str; seconds_total: float
   levels: list of {id: str, epsilon: float | None, accounting: str, rho: float}
   algorithms: {name: {
-      family: str, grid: [int],
+      family: str, grid: [int], start_excess: float,  # mean excess loss at w_0
       runs: list of {steps: int, levels: [level id], seconds_compile: float,
                      seconds_run: float,           # the batched program
                      results: {level id: {mean: float, se: float,
@@ -157,7 +159,10 @@ def tune(ds, algorithm: str, levels: list[dict], grid, repeats: int, *, early_st
   """Runs the T grid of one algorithm at all levels; returns its JSON record.
 
   1. The grid, upwards; with ``early_stop`` a level leaves once its mean loss
-     has risen at ``EARLY_STOP_RISES`` grid points after its best.
+     has risen at ``EARLY_STOP_RISES`` grid points after its best, provided
+     that best is below the excess loss at the start ``w_0``: a run whose best
+     is still worse than where it started is diverging at small T (the Hessian
+     variants at large eps), and longer runs can recover.
   2. ``extend``: while a level's best T is the largest it ran (and it did not
      stop early), run it at twice that T, up to ``max_steps``.
   3. ``extend_down``: while a level's best T is the smallest it ran, run it at
@@ -167,6 +172,7 @@ def tune(ds, algorithm: str, levels: list[dict], grid, repeats: int, *, early_st
   ids = [lv["id"] for lv in levels]
   history: dict[str, dict[int, float]] = {i: {} for i in ids}
   runs = []
+  start: list[float] = []  # mean excess loss at w_0 (the same w_0 at every level and T)
 
   def run(steps: int, which: list[str]) -> None:
     bar(f"{algorithm} T={steps} ({len(which)} levels)")
@@ -179,6 +185,9 @@ def tune(ds, algorithm: str, levels: list[dict], grid, repeats: int, *, early_st
     for i, res in zip(which, results):
       record["results"][i] = _summary(res)
       history[i][steps] = res.excess_loss_mean
+    if not start:
+      start.append(float(np.mean(np.asarray(res.losses)[:, 0], dtype=np.float64)
+                         - res.loss_star))
     runs.append(record)
 
   def best_t(i: str) -> int:
@@ -191,7 +200,8 @@ def tune(ds, algorithm: str, levels: list[dict], grid, repeats: int, *, early_st
     run(steps, active)
     if early_stop:
       for i in list(active):
-        if sum(1 for t in history[i] if t > best_t(i)) >= EARLY_STOP_RISES:
+        rises = sum(1 for t in history[i] if t > best_t(i))
+        if rises >= EARLY_STOP_RISES and history[i][best_t(i)] < start[0]:
           stopped[i] = steps
           active.remove(i)
   top = max(grid)
@@ -218,7 +228,8 @@ def tune(ds, algorithm: str, levels: list[dict], grid, repeats: int, *, early_st
                "at_grid_edge": bool(steps == max(history[i]) and i not in stopped),
                "stopped_after": stopped.get(i, max(history[i]))}
   return {"family": _harness.algorithm_family(algorithm),
-          "grid": sorted({r["steps"] for r in runs}), "runs": runs, "best": best}
+          "grid": sorted({r["steps"] for r in runs}), "start_excess": start[0], "runs": runs,
+          "best": best}
 
 
 def run_dataset(name: str, args, algorithms, epsilons, grids, bar_desc: str) -> dict:
@@ -441,7 +452,7 @@ def markdown(payloads: list[dict], info: dict, quick: bool) -> str:
       f"- protocol: T tuned non-privately per (dataset, eps, accounting, algorithm) on the grids "
       f"first-order {list(GRIDS['first-order'])} (doubled up to {MAX_FIRST_ORDER_T} while the best T "
       f"is the largest run), second-order {list(GRIDS['second-order'])} (a level stops once its "
-      f"loss rises past its best); both halved down to T = 1 while the best T is the smallest run; {first.get('repeats')} vmapped repeats, seed {SEED}, "
+      f"loss rises past its best, unless that best is above the loss at the start); both halved down to T = 1 while the best T is the smallest run; {first.get('repeats')} vmapped repeats, seed {SEED}, "
       f"init {INIT}, delta = n^-2; excess loss = final-iterate mean loss minus the exact optimum "
       f"(float64), mean ± s.e. over repeats."
       + (" **Quick smoke run: tiny grids, not results.**" if quick else ""),

@@ -102,7 +102,8 @@ def _fake_fit_levels(curves):
       mean = curves[rho](steps)
       out.append(types.SimpleNamespace(
           excess_loss_mean=mean, excess_loss_se=0.0, excess_losses=np.full(repeats, mean),
-          guard_resets=np.zeros(repeats, int), seconds_compile=1.0, seconds_run=1.0))
+          guard_resets=np.zeros(repeats, int), seconds_compile=1.0, seconds_run=1.0,
+          losses=np.full((repeats, steps + 1), 2.0), loss_star=0.0))  # start excess 2
     return out
   return fit_levels
 
@@ -123,6 +124,13 @@ def test_tune_early_stop_and_edge_extensions(pu, monkeypatch):
   assert [r["steps"] for r in rec["runs"] if "a" in r["levels"]] == [2, 4, 8, 16]
   assert rec["best"]["b"]["steps"] == 128 and rec["best"]["b"]["at_grid_edge"]
   assert [r["levels"] for r in rec["runs"]][-1] == ["b"]
+  assert rec["start_excess"] == 2.0
+  # A level whose best is still above the start (diverging at small T) does not
+  # stop at a rise: here 3.0, 4.0 (rise), then it recovers to 0.01 at T = 64.
+  curves[3.0] = {2: 3.0, 4: 4.0, 8: 1.0, 16: 0.1, 32: 0.02, 64: 0.01, 1: 2.0}.get
+  rec = pu.tune(None, "hess-clip", levels + [{"id": "c", "rho": 3.0}], (2, 4, 8, 16, 32, 64), 2,
+                early_stop=True, extend=False, extend_down=True, max_steps=64, bar=quiet)
+  assert rec["best"]["c"]["steps"] == 64 and rec["best"]["c"]["mean"] == 0.01
   rec = pu.tune(None, "dp-gd", levels, (25, 50, 100), 2, early_stop=False, extend=True,
                 extend_down=True, max_steps=400, bar=quiet)
   # Only the top-edge level is extended up, by doubling, to max_steps; only the
