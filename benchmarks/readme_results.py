@@ -31,7 +31,7 @@ BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 COMMANDS = """```bash
 pip install -e ".[dev]"
-python benchmarks/privacy_utility.py      # Table 1 / Fig. 2 analogue, 6 datasets (over an hour on 2 cores)
+python benchmarks/privacy_utility.py      # Table 1 / Fig. 2 analogue, 6 datasets (about 55 minutes on 2 cores)
 python benchmarks/speed.py                # per-iteration cost vs Gram/matvec, scaling, repeats, memory
 python benchmarks/convergence.py          # Fig. 1 / Fig. 3 analogue: excess loss vs wall-clock time
 python benchmarks/readme_results.py       # rewrites this section from benchmarks/results/*.json
