@@ -398,25 +398,30 @@ def _many_w_two_pass(w, x, y):
     per_example, r = _softplus_and_residual(margins, yb[:, None])
     return jnp.sum(per_example, axis=0), lax.dot_general(r, xb, (((0,), (0,)), ((), ())))
 
-  rows = n
-  if _blocks_pay(n, b, d):
-    rows = max(_MIN_BLOCK_ROWS, _BATCHED_BLOCK_ELEMENTS // (b + d))
-  num_iter = n // rows
-  if num_iter <= 1:
+  if not _blocks_pay(n, b, d):
     loss, grad = block(x, y)
   else:
-    add = functools.partial(jax.tree.map, jnp.add)
-
-    def body(i, acc):
-      xb = lax.dynamic_slice_in_dim(x, i * rows, rows)
-      yb = lax.dynamic_slice_in_dim(y, i * rows, rows)
-      return add(acc, block(xb, yb))
-
+    rows = min(n, max(_MIN_BLOCK_ROWS, _BATCHED_BLOCK_ELEMENTS // (b + d)))
     zeros = (jnp.zeros((b,), dtype), jnp.zeros((b, d), dtype))
-    loss, grad = lax.fori_loop(0, num_iter, body, zeros)
-    if n > num_iter * rows:  # Static ragged tail.
-      loss, grad = add((loss, grad), block(x[num_iter * rows:], y[num_iter * rows:]))
+    loss, grad = _sum_row_blocks(block, x, y, rows, zeros)
   return loss * inv_n, grad * inv_n
+
+
+def _sum_row_blocks(block, x, y, rows: int, zeros):
+  """``sum_k block(x_k, y_k)`` over blocks of ``rows`` rows, plus a static ragged tail."""
+  add = functools.partial(jax.tree.map, jnp.add)
+  n = x.shape[0]
+  num_iter = n // rows
+
+  def body(i, acc):
+    xb = lax.dynamic_slice_in_dim(x, i * rows, rows)
+    yb = lax.dynamic_slice_in_dim(y, i * rows, rows)
+    return add(acc, block(xb, yb))
+
+  acc = lax.fori_loop(0, num_iter, body, zeros)
+  if n > num_iter * rows:
+    acc = add(acc, block(x[num_iter * rows:], y[num_iter * rows:]))
+  return acc
 
 
 def logistic_grad_and_curvature(
@@ -553,19 +558,8 @@ def _packed_batched(w, x, y, coefficient):
     return (jnp.sum(per_example, axis=0), lax.dot_general(r, xb, contract),
             lax.dot_general(c, packed, contract))
 
-  add = functools.partial(jax.tree.map, jnp.add)
-  num_iter = n // rows
   zeros = (jnp.zeros((b,), dtype), jnp.zeros((b, d), dtype), jnp.zeros((b, p), dtype))
-
-  def body(i, acc):
-    xb = lax.dynamic_slice_in_dim(x, i * rows, rows)
-    yb = lax.dynamic_slice_in_dim(y, i * rows, rows)
-    return add(acc, block(xb, yb))
-
-  acc = lax.fori_loop(0, num_iter, body, zeros)
-  if n > num_iter * rows:
-    acc = add(acc, block(x[num_iter * rows:], y[num_iter * rows:]))
-  loss, grad, packed_matrix = acc
+  loss, grad, packed_matrix = _sum_row_blocks(block, x, y, rows, zeros)
   inv_n = jnp.asarray(1.0 / n, dtype)
   matrix = packed_matrix[:, _triu_index(d)]  # (B, d, d), exactly symmetric.
   return loss * inv_n, grad * inv_n, matrix * inv_n
@@ -573,16 +567,14 @@ def _packed_batched(w, x, y, coefficient):
 
 @functools.lru_cache(maxsize=16)
 def _triu(d: int):
-  import numpy as np  # pylint: disable=g-import-not-at-top
   return np.triu_indices(d)
 
 
 @functools.lru_cache(maxsize=16)
 def _triu_index(d: int):
   """``[d, d]`` int array: the packed position of entry (j, k) (and of (k, j))."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
   index = np.zeros((d, d), np.int32)
-  iu, ju = np.triu_indices(d)
+  iu, ju = _triu(d)
   index[iu, ju] = np.arange(iu.size)
   index[ju, iu] = np.arange(iu.size)
   return index
