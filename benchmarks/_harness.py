@@ -74,6 +74,7 @@ DATASETS = {
     s.name: s
     for s in (
         DatasetSpec("a1a.t", "a1a.t.bz2", 123),
+        DatasetSpec("a5a", "a5a.bz2", 123),
         DatasetSpec("a9a", "a9a.bz2", 123),
         DatasetSpec("w8a", "w8a.bz2", 300),
         DatasetSpec("phishing", "phishing.bz2", 68, positive_label=1),
@@ -264,6 +265,55 @@ def _json_default(o: Any) -> Any:
 # ----------------------------------------------------------------------------
 # Progress and timing.
 # ----------------------------------------------------------------------------
+
+
+def data_files_present(names: Sequence[str], data_dir: os.PathLike | str) -> bool:
+  """Checks, before any work starts, that every named dataset's file is there.
+
+  Prints the first missing one's error (which names ``--data-dir``) and
+  returns False; True when all are present (generated data needs no file).
+  """
+  for name in names:
+    spec = DATASETS[name]
+    if spec.file is not None and not (pathlib.Path(data_dir) / spec.file).exists():
+      try:
+        load_dataset(name, data_dir)
+      except MissingDataError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return False
+  return True
+
+
+def print_report(report: Callable, directory: pathlib.Path, info: dict[str, Any],
+                 quick: bool) -> int:
+  """``--report-only``: rebuilds the combined outputs and prints the markdown.
+
+  ``report(directory, info, quick)`` returns the markdown path. Returns the
+  exit status: 2, with a one-line error, when there are no results to read.
+  """
+  try:
+    print(report(directory, info, quick).read_text())
+  except FileNotFoundError as err:
+    print(f"error: {err}", file=sys.stderr)
+    return 2
+  return 0
+
+
+def panels(k: int, *, width: float, height: float, min_width: float = 0.0,
+           extra_height: float = 0.0):
+  """``(plt, fig, axes)``: a grid of ``k`` panels, up to 3 a row (Agg backend).
+
+  Each panel is ``width`` x ``height`` inches; the figure is at least
+  ``min_width`` wide and ``extra_height`` taller (room for a legend).
+  """
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  cols = min(3, k)
+  rows = -(-k // cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(max(width * cols, min_width),
+                                                height * rows + extra_height), squeeze=False)
+  return plt, fig, axes
 
 
 class ProgressBar:

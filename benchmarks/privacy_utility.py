@@ -61,6 +61,20 @@ per-dataset files in the out dir (``--report-only`` rebuilds them without
 running anything). ``--quick``: synthetic only, 3 repeats, eps in {1, 10},
 tiny grids, under 2 minutes.
 
+``--frontier`` runs the privacy-utility frontier benchmark instead
+(``benchmarks/_frontier.py``, issue 5): every family (dp-gd, dp-gd with tail
+averaging, dp-gd with a tuned step, precond-gd, auto, the Newton variants) is
+tuned on seed set A and its selected configuration re-run on fresh repeats of
+seed set B, at eps in {0.1, 1, 10} with exact Gaussian accounting and
+``init="zeros"``; it writes ``privacy_utility_frontier_<dataset>.json`` and the
+combined ``privacy_utility_frontier.json/.md/.png`` (frontier tables, the
+acceptance summary of precond-gd against dp-gd, excess loss against one-run
+time). All other flags then are those of ``_frontier.main`` (``--families``
+reruns some families and merges them into the existing results,
+``--report-repeats``, ``--report-only``, ``--quick``, ...)::
+
+  python benchmarks/privacy_utility.py --frontier [--datasets ...] [--families ...]
+
 JSON schema (``privacy_utility_<dataset>.json``)::
 
   schema: int; machine: dict (_harness.machine_info()); quick: bool
@@ -558,13 +572,8 @@ def reference_rows(payloads: list[dict]) -> list[dict]:
 
 def plot(payloads: list[dict], path: pathlib.Path) -> None:
   """Fig. 2 analogue: best excess loss against eps, per dataset and algorithm."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   k = len(payloads)
-  cols = min(3, k)
-  rows = math.ceil(k / cols)
-  fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.9 * rows), squeeze=False)
+  plt, fig, axes = _harness.panels(k, width=5.2, height=3.9)
   for ax, p in zip(axes.flat, payloads):
     for j, (name, rec) in enumerate(p["algorithms"].items()):
       for m, style in (("gaussian", "-"), ("paper", "--")):
@@ -596,6 +605,8 @@ def report(directory: pathlib.Path, info: dict, quick: bool, names=None) -> path
   payloads = []
   for f in sorted(directory.glob("privacy_utility_*.json"), key=lambda f: order.get(
       f.stem[len("privacy_utility_"):], 99)):
+    if f.stem.startswith("privacy_utility_frontier"):  # the --frontier benchmark's files.
+      continue
     p = json.loads(f.read_text())
     if names is None or p["dataset"] in names:
       payloads.append(p)
@@ -611,8 +622,15 @@ def report(directory: pathlib.Path, info: dict, quick: bool, names=None) -> path
 
 
 def main(argv=None) -> int:
+  argv = sys.argv[1:] if argv is None else list(argv)
+  if "--frontier" in argv:
+    import _frontier  # pylint: disable=g-import-not-at-top
+    return _frontier.main([a for a in argv if a != "--frontier"])
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   _harness.add_common_args(parser)
+  parser.add_argument("--frontier", action="store_true",
+                      help="run the privacy-utility frontier benchmark (benchmarks/_frontier.py) "
+                           "instead; `--frontier --help` lists its flags")
   parser.add_argument("--datasets", nargs="+", default=None, choices=sorted(_harness.DATASETS))
   parser.add_argument("--algorithms", nargs="+", default=None, choices=_harness.ALGORITHMS)
   parser.add_argument("--repeats", type=int, default=None)
@@ -622,12 +640,7 @@ def main(argv=None) -> int:
   directory = _harness.out_dir(args)
   info = _harness.machine_info()
   if args.report_only:
-    try:
-      print(report(directory, info, args.quick).read_text())
-    except FileNotFoundError as err:
-      print(f"error: {err}", file=sys.stderr)
-      return 2
-    return 0
+    return _harness.print_report(report, directory, info, args.quick)
   names = args.datasets or (["synthetic"] if args.quick else list(DEFAULT_DATASETS))
   algorithms = args.algorithms or list(_harness.ALGORITHMS)
   if args.repeats is None:
@@ -636,15 +649,8 @@ def main(argv=None) -> int:
     parser.error("--repeats must be >= 2 (the standard error needs two repeats)")
   epsilons = QUICK_EPSILONS if args.quick else EPSILONS
   grids = QUICK_GRIDS if args.quick else GRIDS
-  # Fail on a missing file before any work starts.
-  for name in names:
-    spec = _harness.DATASETS[name]
-    if spec.file is not None and not (args.data_dir / spec.file).exists():
-      try:
-        _harness.load_dataset(name, args.data_dir)
-      except _harness.MissingDataError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+  if not _harness.data_files_present(names, args.data_dir):
+    return 2
   t0 = time.perf_counter()
   for k, name in enumerate(names):
     payload = run_dataset(name, args, algorithms, epsilons, grids, f"[{k + 1}/{len(names)}]")

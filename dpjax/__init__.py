@@ -9,7 +9,8 @@ Modules (imports only point down):
 * :mod:`dpjax.data`, :mod:`dpjax.solve`: datasets and the privacy contract;
   the exact non-private optimum and excess loss;
 * :mod:`dpjax.transforms`: the private optimizers as optax transforms
-  (:func:`dp_gd`, :func:`dp_newton`);
+  (:func:`dp_gd`, :func:`dp_precond_gd`, :func:`dp_newton`, and
+  :func:`tail_average` for any of them);
 * :mod:`dpjax.training`: :func:`fit`, a whole private run compiled into one
   ``lax.scan``, vmapped over repeats.
 """
@@ -25,7 +26,16 @@ from dpjax import transforms
 from dpjax.accounting import AccountantState, epsilon_to_zcdp, zcdp_to_epsilon
 from dpjax.data import Dataset, load_libsvm, synthetic
 from dpjax.training import FitResult, fit
-from dpjax.transforms import DPGDState, DPNewtonState, dp_gd, dp_newton
+from dpjax.transforms import (
+    DPGDState,
+    DPNewtonState,
+    DPPrecondGDState,
+    averaged_params,
+    dp_gd,
+    dp_newton,
+    dp_precond_gd,
+    tail_average,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -33,12 +43,15 @@ __all__ = [
     "AccountantState",
     "DPGDState",
     "DPNewtonState",
+    "DPPrecondGDState",
     "Dataset",
     "FitResult",
     "accounting",
+    "averaged_params",
     "data",
     "dp_gd",
     "dp_newton",
+    "dp_precond_gd",
     "epsilon_to_zcdp",
     "fit",
     "glm",
@@ -47,6 +60,7 @@ __all__ = [
     "solve",
     "spectral",
     "synthetic",
+    "tail_average",
     "training",
     "transforms",
     "zcdp_to_epsilon",

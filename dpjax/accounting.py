@@ -38,6 +38,7 @@ __all__ = [
     "gaussian_sigma",
     "zcdp_to_epsilon",
     "epsilon_to_zcdp",
+    "resolve_budget",
 ]
 
 METHODS = ("paper", "bun_steinke", "cks", "gaussian")
@@ -740,3 +741,44 @@ def epsilon_to_zcdp(epsilon: Any, delta: Any, method: str = "cks") -> float:
   m_hi, g_hi = _bracket(g, m_lo + 0.5, 0.5, want_positive=True)
   log_mu = _brent_root(g, m_lo, m_hi, g_lo, g_hi)
   return 0.5 * math.exp(2.0 * log_mu)
+
+
+def resolve_budget(
+    n: int,
+    *,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    delta: float | None = None,
+    method: str = "gaussian",
+) -> tuple[float, float, float]:
+  """The ``(rho, epsilon, delta)`` of a run given exactly one of ``epsilon`` and ``rho``.
+
+  ``delta`` defaults to ``n**-2``. ``epsilon`` is converted to zCDP with
+  :func:`epsilon_to_zcdp` (``method``); a given ``rho`` is reported as the
+  epsilon of :func:`zcdp_to_epsilon`. Every argument is checked first, with
+  a message that names it (``method`` as ``accounting``, the name the
+  callers use).
+
+  Examples:
+    >>> from dpjax import accounting
+    >>> rho, eps, delta = accounting.resolve_budget(10_000, epsilon=1.0)
+    >>> round(rho, 6), eps, delta
+    (0.019221, 1.0, 1e-08)
+  """
+  method = _validate.choice(method, "accounting", METHODS)
+  if delta is None:
+    delta = 1.0 / _validate.positive_int(n, "n") ** 2
+  delta = _validate.float_in_open_interval(delta, "delta", 0.0, 1.0)
+  if (epsilon is None) == (rho is None):
+    raise ValueError(
+        "pass exactly one privacy budget: epsilon=<eps> (converted to zCDP with "
+        f"accounting={method!r} at delta) or rho=<total zCDP rho>; got "
+        + ("neither." if epsilon is None else "both.")
+    )
+  if epsilon is not None:
+    epsilon = _validate.positive_float(epsilon, "epsilon")
+    rho = epsilon_to_zcdp(epsilon, delta, method)
+  else:
+    rho = _validate.positive_float(rho, "rho")
+    epsilon = zcdp_to_epsilon(rho, delta, method)
+  return rho, epsilon, delta

@@ -29,15 +29,27 @@ _DEMO_EPSILONS = (0.1, 1.0, 10.0)
 # Fixed in advance, never tuned on the data: choosing T by looking at the
 # private runs' results would itself leak privacy. The reference code's best
 # T on this data at eps = 1 (reference-measurements.md, section 4.1).
-_DEMO_STEPS = {"dp-gd": 200, "hess-clip": 8, "hess-add": 8, "qu-clip": 8, "qu-add": 8}
+# precond-gd: m = 40, the study's choice on data of this shape
+# (research-preconditioning.md section 3c, synthetic).
+_DEMO_STEPS = {"dp-gd": 200, "precond-gd": 40, "hess-clip": 8, "hess-add": 8, "qu-clip": 8,
+               "qu-add": 8}
 _DEMO_REPEATS = 5
 
 # Exactly these fields go to `fit --json` (issue 3).
 _JSON_FIELDS = (
     "algorithm", "epsilon", "delta", "rho", "accounting", "n", "d", "steps", "repeats",
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
-    "seconds_run", "guard_resets",
+    "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
+    "curvature_evaluations", "options", "auto_reason",
 )
+
+# Command-line flag -> transform option of `fit` (passed only when given).
+_OPTION_FLAGS = {
+    "learning_rate": "--learning-rate",
+    "kappa": "--kappa",
+    "curvature_frac": "--curvature-frac",
+    "refresh_every": "--refresh-every",
+}
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -82,16 +94,18 @@ def _fit(args: argparse.Namespace) -> int:
     if not os.path.isdir(folder):
       raise _UsageError(f"--json {args.json!r}: folder {folder!r} does not exist")
   ds, name = _load(args)
+  options = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
   res = fit_lib.fit(
       ds, args.algorithm, epsilon=args.epsilon, rho=args.rho, delta=args.delta,
       steps=args.steps, repeats=args.repeats, seed=args.seed, accounting=args.accounting,
-      init=args.init,
+      init=args.init, average=args.average, **options,
   )
   resets = int(res.guard_resets.sum())
+  label = f"{res.algorithm} (chosen by auto)" if args.algorithm == fit_lib.AUTO else res.algorithm
   print(
-      f"{res.algorithm} on {name} (n={res.n}, d={res.d}): eps={res.epsilon:.4g} "
+      f"{label} on {name} (n={res.n}, d={res.d}): eps={res.epsilon:.4g} "
       f"delta={res.delta:.3g} rho={res.rho:.6g} ({res.accounting}), T={res.steps}, "
-      f"{res.repeats} repeats: excess loss {res.excess_loss_mean:.4g} +- "
+      f"output {res.average}, {res.repeats} repeats: excess loss {res.excess_loss_mean:.4g} +- "
       f"{res.excess_loss_se:.2g} (loss* {res.loss_star:.6f}); compile {res.seconds_compile:.2f} s, "
       f"run {res.seconds_run:.3f} s; guard resets {resets}"
   )
@@ -112,7 +126,8 @@ def _demo(args: argparse.Namespace) -> int:
   ds = data.synthetic(args.seed, n=args.n, d=args.d)
   n, d = ds.x.shape
   epsilons = args.epsilons
-  jobs = [(alg, eps) for alg in fit_lib.ALGORITHMS for eps in epsilons]
+  names = fit_lib.ALGORITHMS + (fit_lib.AUTO,)
+  jobs = [(alg, eps) for alg in names for eps in epsilons]
 
   def progress(i: int, label: str) -> None:
     width = 30
@@ -128,7 +143,8 @@ def _demo(args: argparse.Namespace) -> int:
   compile_s = 0.0
   for i, (alg, eps) in enumerate(jobs):
     progress(i, f"{alg} eps={eps:g}")
-    res = fit_lib.fit(ds, alg, epsilon=eps, steps=_DEMO_STEPS[alg], repeats=args.repeats, seed=args.seed)
+    steps = {} if alg == fit_lib.AUTO else {"steps": _DEMO_STEPS[alg]}
+    res = fit_lib.fit(ds, alg, epsilon=eps, repeats=args.repeats, seed=args.seed, **steps)
     results[alg, eps] = res
     compile_s += res.seconds_compile
   progress(len(jobs), "done")
@@ -136,25 +152,29 @@ def _demo(args: argparse.Namespace) -> int:
 
   some = next(iter(results.values()))
   print(
-      f"dpjax demo: DP-GD vs double-noise Newton on synthetic(seed={args.seed}, n={n}, d={d}); "
+      f"dpjax demo: DP-GD, precond-gd, the double-noise Newton variants and auto on "
+      f"synthetic(seed={args.seed}, n={n}, d={d}); "
       f"{args.repeats} repeats from w0 = 0, delta = n^-2 = {some.delta:.0e}, "
       f"'{some.accounting}' accounting (exact for these Gaussian mechanisms)"
   )
   print(
-      "T is fixed in advance (DP-GD 200 steps, Newton 8 steps, adaptive private lambda): "
-      "tuning T on the results of private runs would itself leak privacy. These T suit "
-      "eps ~ 1; at eps = 0.1 fewer steps would do better (the per-step noise grows with sqrt(T)).\n"
+      "T is fixed in advance (DP-GD 200 steps, precond-gd 40 steps with the last half averaged, "
+      "Newton 8 steps, adaptive private lambda): tuning T on the results of private runs would "
+      "itself leak privacy. These T suit eps ~ 1; at eps = 0.1 fewer steps would do better (the "
+      "per-step noise grows with sqrt(T)). 'auto' picks the method and T from n, d and eps only "
+      "(dpjax.auto), so it needs no tuning at all.\n"
   )
   header = ["algorithm", "T"] + [
       f"eps={e:g} (rho={results[fit_lib.ALGORITHMS[0], e].rho:.3g})" for e in epsilons
   ]
   rows = []
-  for alg in fit_lib.ALGORITHMS:
+  for alg in names:
     cells = []
     for eps in epsilons:
       r = results[alg, eps]
-      cells.append(f"{r.excess_loss_mean:.4f} ± {r.excess_loss_se:.4f}, {r.seconds_run:.2f} s")
-    rows.append([alg, str(_DEMO_STEPS[alg])] + cells)
+      chosen = f" ({r.algorithm}, T={r.steps})" if alg == fit_lib.AUTO else ""
+      cells.append(f"{r.excess_loss_mean:.4f} ± {r.excess_loss_se:.4f}, {r.seconds_run:.2f} s{chosen}")
+    rows.append([alg, "auto" if alg == fit_lib.AUTO else str(_DEMO_STEPS[alg])] + cells)
   print("excess loss over the non-private optimum (mean ± s.e.), run time of all repeats:")
   print(_table(header, rows))
   print(
@@ -176,7 +196,7 @@ def _positive_int(text: str) -> int:
 
 def _build_parser() -> argparse.ArgumentParser:
   from dpjax import accounting
-  from dpjax.training import ALGORITHMS, INITS
+  from dpjax.training import ALGORITHMS, AUTO, AVERAGES, INITS
 
   parser = _ArgumentParser(
       prog="dpjax", description="Differentially private convex optimisation in JAX."
@@ -191,17 +211,33 @@ def _build_parser() -> argparse.ArgumentParser:
   fit.add_argument("--data", required=True, metavar="PATH|synthetic",
                    help="LIBSVM file (plain, .gz or .bz2; paper preprocessing) or 'synthetic' "
                         "(dpjax.data.synthetic: n=10000, d=100)")
-  fit.add_argument("--algorithm", required=True, choices=ALGORITHMS)
+  fit.add_argument("--algorithm", required=True, choices=ALGORITHMS + (AUTO,),
+                   help="the method; 'auto' chooses it and its steps and options from n, d "
+                        "and the budget only (dpjax.auto; no tuning on the data)")
   budget = fit.add_mutually_exclusive_group(required=True)
   budget.add_argument("--epsilon", type=float, help="target epsilon (converted with --accounting)")
   budget.add_argument("--rho", type=float, help="total zCDP budget rho")
   fit.add_argument("--delta", type=float, default=None, help="delta (default n^-2)")
-  fit.add_argument("--steps", type=int, required=True, help="number of steps T")
+  fit.add_argument("--steps", type=int, default=None,
+                   help="number of steps T (m for precond-gd); required unless --algorithm auto")
   fit.add_argument("--repeats", type=int, default=1, help="independent repeats (default 1)")
   fit.add_argument("--seed", type=int, default=0, help="seed of the noise and init (default 0)")
   fit.add_argument("--accounting", choices=accounting.METHODS, default="gaussian",
                    help="epsilon <-> rho conversion (default gaussian, exact here)")
   fit.add_argument("--init", choices=INITS, default="zeros", help="initial point (default zeros)")
+  fit.add_argument("--average", choices=AVERAGES, default=None,
+                   help="output: the final iterate (none) or the mean of the last half / "
+                        "quarter of the iterates; free post-processing (default: last-half for "
+                        "precond-gd, none otherwise)")
+  fit.add_argument("--learning-rate", type=float, default=None, dest="learning_rate",
+                   help="step size (dp-gd default 4 = 1/L1, safe up to 8 for logistic loss "
+                        "with ||x|| <= 1; precond-gd default 1)")
+  fit.add_argument("--kappa", type=float, default=None,
+                   help="precond-gd: eigenvalue floor multiplier (default 3)")
+  fit.add_argument("--curvature-frac", type=float, default=None, dest="curvature_frac",
+                   help="precond-gd: share of the budget for the curvature release (default 0.03)")
+  fit.add_argument("--refresh-every", type=int, default=None, dest="refresh_every",
+                   help="precond-gd: release the curvature again every this many steps")
   fit.add_argument("--n-features", type=int, default=None,
                    help="LIBSVM: number of features (default: largest index in the file)")
   fit.add_argument("--positive-label", type=float, default=None,

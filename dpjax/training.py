@@ -1,8 +1,10 @@
 """A whole private training run, compiled: ``dpjax.fit`` (module ``dpjax.training``).
 
-``fit(data, algorithm, ...)`` runs DP-GD (``spec-newton.md`` section 2.1) or
-one of the four double-noise Newton variants (Algorithm 3, sections 4.2-4.3)
-on a logistic-regression dataset, ``repeats`` times with independent noise,
+``fit(data, algorithm, ...)`` runs DP-GD (``spec-newton.md`` section 2.1),
+curvature-preconditioned DP-GD (``research-preconditioning.md`` section 6),
+one of the four double-noise Newton variants (Algorithm 3, sections 4.2-4.3),
+or ``"auto"`` (:mod:`dpjax.auto`: the method and its settings chosen from
+public quantities only) on a logistic-regression dataset, ``repeats`` times with independent noise,
 and reports the excess loss against the exact non-private optimum
 (:func:`dpjax.solve.logistic_optimum`, section 5.4).
 
@@ -32,13 +34,17 @@ import optax
 
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
+from dpjax import auto as auto_lib
 from dpjax import data as data_lib
 from dpjax import glm
 from dpjax import solve
 from dpjax import transforms
+from dpjax.transforms import averaging
 
 __all__ = [
     "ALGORITHMS",
+    "AUTO",
+    "AVERAGES",
     "INITS",
     "DEFAULT_GUARD_RADIUS",
     "SEPARABLE_RIDGE",
@@ -50,8 +56,17 @@ __all__ = [
     "optimum_loss",
 ]
 
-ALGORITHMS = ("dp-gd", "hess-clip", "hess-add", "qu-clip", "qu-add")
+ALGORITHMS = ("dp-gd", "precond-gd", "hess-clip", "hess-add", "qu-clip", "qu-add")
+# `algorithm=AUTO` lets dpjax.auto.choose pick one of ALGORITHMS and all its
+# hyperparameters from public quantities (n, d, the budget).
+AUTO = "auto"
 INITS = ("zeros", "random-unit")
+AVERAGES = averaging.AVERAGES
+
+# The output of each algorithm when `average` is not given: precond-gd returns
+# the mean of the last half of its iterates (research-preconditioning.md
+# section 6), the paper's algorithms their final iterate.
+_DEFAULT_AVERAGE = {"precond-gd": "last-half"}
 
 # Public divergence bound on ||w_t||: a constant, never derived from w* or the
 # data. See `fit` for why 1e4 never fires on a sane run.
@@ -62,11 +77,14 @@ DEFAULT_GUARD_RADIUS = 1e4
 SEPARABLE_RIDGE = 1e-9
 
 # Arguments that `fit` sets itself; they cannot be passed as algorithm options.
-_RESERVED = ("n", "rho", "steps", "rho_per_step", "key", "curvature", "modification")
+_RESERVED = ("n", "rho", "steps", "rho_per_step", "key", "curvature", "modification", "d")
 
 # algorithm -> (factory name, fixed keyword arguments, curvature or None).
+# precond-gd evaluates its curvature (the Hessian at the current iterate; at
+# w = 0 it is X^T X / (4n)) only on its release steps.
 _ALGORITHM_SPECS = {
     "dp-gd": ("dp_gd", {}, None),
+    "precond-gd": ("dp_precond_gd", {}, "hessian"),
     "hess-clip": ("dp_newton", {"curvature": "hessian", "modification": "clip"}, "hessian"),
     "hess-add": ("dp_newton", {"curvature": "hessian", "modification": "add"}, "hessian"),
     "qu-clip": ("dp_newton", {"curvature": "qu", "modification": "clip"}, "qu"),
@@ -81,10 +99,13 @@ class FitResult(NamedTuple):
   """Result of :func:`fit`. Arrays are host numpy arrays.
 
   Attributes:
-    params: ``[repeats, d]`` final parameters ``w_T`` of each repeat.
-    losses: ``[repeats, steps + 1]`` mean loss at ``w_0 .. w_T`` in the data's
-      dtype (reporting only: never fed back into the run, not private).
-    excess_losses: ``[repeats]`` float64 ``loss(w_T) - loss_star``, the loss
+    params: ``[repeats, d]`` the output of each repeat: the final iterate
+      ``w_T`` for ``average="none"``, else the mean of the last iterates
+      (:func:`dpjax.transforms.averaging.window_size`).
+    losses: ``[repeats, steps + 1]`` mean loss at the iterates ``w_0 .. w_T``
+      in the data's dtype (reporting only: never fed back into the run, not
+      private).
+    excess_losses: ``[repeats]`` float64 ``loss(params) - loss_star``, the loss
       evaluated on the host in float64 (so values below float32 rounding,
       ~1e-8, are meaningful).
     excess_loss_mean: mean of ``excess_losses``.
@@ -107,6 +128,18 @@ class FitResult(NamedTuple):
       accountant (read from the final transform states; equals ``rho``).
     opt_state: the final transform states, each leaf with a leading
       ``repeats`` axis (``optax.tree.get(opt_state, "rho")`` works).
+    average: the output rule, one of ``AVERAGES``.
+    final_excess_losses: ``[repeats]`` float64 excess loss of the final
+      iterate ``w_T`` (equal to ``excess_losses`` for ``average="none"``), so
+      one run reports both the averaged and the final-iterate output.
+    gradient_evaluations: full-data gradients of one repeat (``steps``).
+    curvature_evaluations: ``d x d`` curvature matrices (and ``eigh``) of one
+      repeat: ``steps`` for the Newton variants, the number of releases for
+      precond-gd, 0 for DP-GD.
+    options: the transform options the run used (those passed, or those
+      ``"auto"`` chose; defaults not listed).
+    auto_reason: for ``algorithm="auto"`` the chooser's one-line reason
+      (``dpjax.auto.AutoChoice.reason``), else ``""``.
   """
 
   params: np.ndarray
@@ -130,6 +163,12 @@ class FitResult(NamedTuple):
   guard_resets: np.ndarray
   rho_spent: np.ndarray
   opt_state: Any
+  average: str
+  final_excess_losses: np.ndarray
+  gradient_evaluations: int
+  curvature_evaluations: int
+  options: dict
+  auto_reason: str
 
 
 def _digest(a: np.ndarray) -> str:
@@ -217,23 +256,7 @@ def _check_options(algorithm: str, factory: Callable, options: dict) -> None:
 
 def _budget(n, epsilon, rho, delta, method) -> tuple[float, float, float]:
   """Validates the privacy arguments; returns ``(rho, epsilon, delta)``."""
-  method = _validate.choice(method, "accounting", accounting_lib.METHODS)
-  if delta is None:
-    delta = 1.0 / n**2
-  delta = _validate.float_in_open_interval(delta, "delta", 0.0, 1.0)
-  if (epsilon is None) == (rho is None):
-    raise ValueError(
-        "pass exactly one privacy budget: epsilon=<eps> (converted to zCDP with "
-        f"accounting={method!r} at delta) or rho=<total zCDP rho>; got "
-        + ("neither." if epsilon is None else "both.")
-    )
-  if epsilon is not None:
-    epsilon = _validate.positive_float(epsilon, "epsilon")
-    rho = accounting_lib.epsilon_to_zcdp(epsilon, delta, method)
-  else:
-    rho = _validate.positive_float(rho, "rho")
-    epsilon = accounting_lib.zcdp_to_epsilon(rho, delta, method)
-  return rho, epsilon, delta
+  return accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta, method=method)
 
 
 def fit(
@@ -243,26 +266,44 @@ def fit(
     epsilon: float | None = None,
     rho: float | None = None,
     delta: float | None = None,
-    steps: int,
+    steps: int | None = None,
     repeats: int = 1,
     seed: int = 0,
     accounting: str = "gaussian",
     init: str = "zeros",
     guard_radius: float = DEFAULT_GUARD_RADIUS,
     timing_runs: int = 1,
+    average: str | None = None,
     **algorithm_options: Any,
 ) -> FitResult:
   """Runs a private algorithm ``repeats`` times in one compiled call.
 
   Algorithms (``ALGORITHMS``): ``"dp-gd"`` is
-  :func:`dpjax.transforms.dp_gd` (spec 2.1); ``"hess-clip"``, ``"hess-add"``,
-  ``"qu-clip"`` and ``"qu-add"`` are :func:`dpjax.transforms.dp_newton` with
-  ``curvature`` ``"hessian"``/``"qu"`` and ``modification`` ``"clip"``/``"add"``
-  (Algorithm 3, spec 4.2-4.3; adaptive private lambda by default). Each
-  transform gets ``n``, the total ``rho`` and ``steps`` (``rho / steps`` per
-  step); ``algorithm_options`` are forwarded to it (e.g. ``learning_rate``
-  for DP-GD; ``min_eigenvalue``, ``grad_frac``, ``trace_frac``,
-  ``trace_coeff`` for Newton).
+  :func:`dpjax.transforms.dp_gd` (spec 2.1); ``"precond-gd"`` is
+  :func:`dpjax.transforms.dp_precond_gd`, whose curvature (the Hessian at the
+  current iterate, ``X^T X / (4n)`` at ``w = 0``) is computed only on its
+  release steps (step 0, and every ``refresh_every`` steps if given);
+  ``"hess-clip"``, ``"hess-add"``, ``"qu-clip"`` and ``"qu-add"`` are
+  :func:`dpjax.transforms.dp_newton` with ``curvature`` ``"hessian"``/``"qu"``
+  and ``modification`` ``"clip"``/``"add"`` (Algorithm 3, spec 4.2-4.3;
+  adaptive private lambda by default). Each transform gets ``n``, the total
+  ``rho`` and ``steps``; ``algorithm_options`` are forwarded to it (e.g.
+  ``learning_rate`` for DP-GD; ``kappa``, ``curvature_frac``,
+  ``refresh_every`` for precond-gd; ``min_eigenvalue``, ``grad_frac``,
+  ``trace_frac``, ``trace_coeff`` for Newton).
+
+  ``algorithm="auto"`` (``AUTO``) calls :func:`dpjax.auto.choose` with ``n``,
+  ``d`` and the budget only (never the data values, so the choice costs no
+  privacy) and runs what it picks; it takes no ``steps``, ``average`` or
+  options. The result's ``algorithm``, ``steps``, ``average`` and
+  ``options`` say what ran, ``auto_reason`` why.
+
+  **Output.** ``average`` (one of ``AVERAGES``) picks what a run returns:
+  ``"none"``, the final iterate ``w_T``; ``"last-half"`` / ``"last-quarter"``,
+  the mean of the last ``ceil(T/2)`` / ``ceil(T/4)`` iterates (after the
+  guard). Averaging is post-processing of released iterates: it costs no
+  privacy. Default (``None``): ``"last-half"`` for precond-gd, ``"none"``
+  otherwise. The final iterate's excess loss is reported either way.
 
   **Privacy budget.** Exactly one of ``epsilon`` and ``rho``. ``delta``
   defaults to ``n**-2`` (spec 1). ``epsilon`` is converted to zCDP with
@@ -312,7 +353,7 @@ def fit(
     epsilon: target epsilon (> 0), or
     rho: total zCDP budget (> 0).
     delta: in (0, 1); default ``1 / n**2``.
-    steps: number of steps T (>= 1).
+    steps: number of steps T (>= 1); omitted for ``"auto"``.
     repeats: independent runs (>= 1), vmapped.
     seed: integer in [0, 2**32) for all randomness.
     accounting: the (epsilon, delta) <-> zCDP conversion, one of
@@ -325,6 +366,7 @@ def fit(
       pays one-time costs (up to 3x the run on short Newton fits), so
       benchmarks pass 2 or more. Every execution draws the same noise (same
       keys), so the results do not depend on it.
+    average: the output rule (see **Output**), or None for the default.
     **algorithm_options: forwarded to the transform factory.
 
   Returns:
@@ -350,11 +392,41 @@ def fit(
     True
   """
   # --- Eager validation: nothing below compiles or runs before it passes.
-  plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
-               guard_radius=guard_radius, timing_runs=timing_runs, options=algorithm_options)
-  rho, epsilon, delta = _budget(plan.n, epsilon, rho, delta, accounting)
+  algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS + (AUTO,))
+  if algorithm == AUTO:
+    n, d = _auto_shape(data, steps, average, algorithm_options)
+    level = _budget(n, epsilon, rho, delta, accounting)
+    choice = _auto_choice(n, d, level, accounting)
+    plan = _plan(data, choice.algorithm, steps=choice.steps, repeats=repeats, seed=seed,
+                 init=init, guard_radius=guard_radius, timing_runs=timing_runs,
+                 average=choice.average, options=choice.options, reason=choice.reason)
+  else:
+    plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
+                 guard_radius=guard_radius, timing_runs=timing_runs, average=average,
+                 options=algorithm_options)
+    level = _budget(plan.n, epsilon, rho, delta, accounting)
+  rho, epsilon, delta = level
   make_transform(plan.algorithm, key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
   return _execute(plan, [(rho, epsilon, delta, accounting)], batched=False)[0]
+
+
+def _auto_shape(data, steps, average, options) -> tuple[int, int]:
+  """``(n, d)`` for ``algorithm="auto"``, which must get no tuning arguments."""
+  given = sorted(options) + [k for k, v in (("steps", steps), ("average", average))
+                             if v is not None]
+  if given:
+    raise TypeError(
+        f"algorithm='auto' chooses the steps, the output average and every option itself, "
+        f"from public quantities only; remove {given}, or name an algorithm from "
+        f"{ALGORITHMS} to set them."
+    )
+  ds = data_lib.validate_dataset(data)
+  return int(ds.n), int(ds.d)
+
+
+def _auto_choice(n: int, d: int, level: tuple, method: str) -> auto_lib.AutoChoice:
+  rho, _, delta = level
+  return auto_lib.choose(n=n, d=d, rho=rho, delta=delta, accounting=method)
 
 
 def fit_levels(
@@ -364,13 +436,14 @@ def fit_levels(
     epsilons: Sequence[float] | None = None,
     rhos: Sequence[float] | None = None,
     delta: float | None = None,
-    steps: int,
+    steps: int | None = None,
     repeats: int = 1,
     seed: int = 0,
     accounting: str | Sequence[str] = "gaussian",
     init: str = "zeros",
     guard_radius: float = DEFAULT_GUARD_RADIUS,
     timing_runs: int = 1,
+    average: str | None = None,
     **algorithm_options: Any,
 ) -> list[FitResult]:
   """:func:`fit` at several privacy levels in one compiled program.
@@ -388,6 +461,9 @@ def fit_levels(
   ``fit(..., rho=rhos[i], seed=seed)`` up to float rounding of the noise
   scales, and the levels share their random numbers (common random numbers:
   differences between levels are not blurred by independent noise draws).
+
+  With ``algorithm="auto"`` each level gets its own choice; levels with the
+  same choice share one program, so ``seconds_*`` are per program.
 
   Args:
     data, algorithm, steps, repeats, seed, init, guard_radius, timing_runs,
@@ -419,8 +495,14 @@ def fit_levels(
     >>> bool(res[2].excess_loss_mean < res[1].excess_loss_mean)
     True
   """
-  plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
-               guard_radius=guard_radius, timing_runs=timing_runs, options=algorithm_options)
+  algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS + (AUTO,))
+  if algorithm == AUTO:
+    n, d = _auto_shape(data, steps, average, algorithm_options)
+  else:
+    plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
+                 guard_radius=guard_radius, timing_runs=timing_runs, average=average,
+                 options=algorithm_options)
+    n = plan.n
   if (epsilons is None) == (rhos is None):
     raise ValueError(
         "pass exactly one of epsilons=[...] and rhos=[...]; got "
@@ -448,12 +530,32 @@ def fit_levels(
       raise TypeError(f"{values_name}[{i}] must be a number, got {type(value).__name__}.")
     eps, rho = (value, None) if rhos is None else (None, value)
     try:
-      levels.append((*_budget(plan.n, eps, rho, delta, method), method))
+      levels.append((*_budget(n, eps, rho, delta, method), method))
     except ValueError as err:
       raise ValueError(f"privacy level {i}: {err}") from None
-  for rho, *_ in levels:
-    make_transform(plan.algorithm, key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
-  return _execute(plan, levels, batched=True)
+  if algorithm != AUTO:
+    groups = [(plan, list(range(len(levels))))]
+  else:
+    # One program per distinct choice; levels that share a choice share it.
+    by_choice: dict = {}
+    for i, level in enumerate(levels):
+      c = _auto_choice(n, d, level[:3], level[3])
+      key = (c.algorithm, c.steps, c.average, tuple(sorted(c.options.items())), c.reason)
+      by_choice.setdefault(key, (c, []))[1].append(i)
+    groups = [
+        (_plan(data, c.algorithm, steps=c.steps, repeats=repeats, seed=seed, init=init,
+               guard_radius=guard_radius, timing_runs=timing_runs, average=c.average,
+               options=c.options, reason=c.reason), idx)
+        for c, idx in by_choice.values()
+    ]
+  for group_plan, idx in groups:
+    for i in idx:  # constructor checks, eagerly.
+      make_transform(group_plan.algorithm, key=0, rho=levels[i][0], **group_plan.kwargs)
+  results: list = [None] * len(levels)
+  for group_plan, idx in groups:
+    for i, res in zip(idx, _execute(group_plan, [levels[i] for i in idx], batched=True)):
+      results[i] = res
+  return results
 
 
 def make_transform(algorithm: str, **kwargs: Any) -> tuple[Any, str | None]:
@@ -475,25 +577,32 @@ def make_transform(algorithm: str, **kwargs: Any) -> tuple[Any, str | None]:
 
 
 def fit_step(tx: Any, curvature: str | None, w0: jax.Array,
-             guard_radius: float = DEFAULT_GUARD_RADIUS) -> Callable:
+             guard_radius: float = DEFAULT_GUARD_RADIUS,
+             matrix: jax.Array | None = None) -> Callable:
   """One iteration of a :func:`fit` run: ``step(w, state, x, y)``.
 
   The fused data pass at ``w`` (:func:`dpjax.glm.logistic_loss_and_grad`, or
   :func:`dpjax.glm.logistic_grad_and_curvature` with ``curvature``), the
   transform's update, ``optax.apply_updates`` and the public divergence
   guard (reset to ``w0`` when ``||w|| > guard_radius`` or not finite).
+  ``matrix``: the curvature at ``w``, computed by the caller (e.g. once for
+  all repeats at a shared start); then only the loss and gradient are
+  computed here.
 
   Returns:
     ``step(w, state, x, y) -> (w_next, state, loss_at_w, diverged)``.
   """
 
   def step(w, state, x, y):
-    if curvature is None:
+    if matrix is not None:
+      loss, grad = glm.logistic_loss_and_grad(w, x, y)
+      updates, state = tx.update(grad, state, w, curvature_matrix=matrix)
+    elif curvature is None:
       loss, grad = glm.logistic_loss_and_grad(w, x, y)
       updates, state = tx.update(grad, state, w)
     else:
-      loss, grad, matrix = glm.logistic_grad_and_curvature(w, x, y, curvature)
-      updates, state = tx.update(grad, state, w, curvature_matrix=matrix)
+      loss, grad, here = glm.logistic_grad_and_curvature(w, x, y, curvature)
+      updates, state = tx.update(grad, state, w, curvature_matrix=here)
     w = optax.apply_updates(w, updates)
     # Public guard: `not (norm <= R)` is also True for NaN.
     diverged = jnp.logical_not(jnp.linalg.norm(w) <= guard_radius)
@@ -516,13 +625,22 @@ class _Plan(NamedTuple):
   init: str
   guard_radius: float
   timing_runs: int
+  average: str
+  release_every: int | None  # precond-gd: steps between curvature releases; else None.
   kwargs: dict  # n, steps and the algorithm's options (make_transform adds the rest).
+  options: dict  # the algorithm's options alone.
+  reason: str  # auto's reason, or "".
 
 
 def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_runs,
-          options) -> _Plan:
+          average, options, reason="") -> _Plan:
   """The eager checks shared by :func:`fit` and :func:`fit_levels`."""
   algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS)
+  if steps is None:
+    raise ValueError(
+        f"steps is required for algorithm {algorithm!r}: pass steps=<T> (the number of "
+        "iterations), or algorithm='auto' to have it chosen from public quantities."
+    )
   ds = data_lib.validate_dataset(data)
   if not (_validate.is_concrete(ds.x) and _validate.is_concrete(ds.y)):
     raise TypeError("fit runs on the host; pass concrete data, not values traced under jit.")
@@ -549,9 +667,17 @@ def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_r
         f"guard_radius={guard_radius:g} must exceed ||w0|| = 1 for init='random-unit', "
         "or every step would reset; pass a larger guard_radius."
     )
+  if average is None:
+    average = _DEFAULT_AVERAGE.get(algorithm, "none")
+  average = _validate.choice(average, "average", AVERAGES)
   _check_options(algorithm, getattr(transforms, _ALGORITHM_SPECS[algorithm][0]), options)
+  release_every = None
+  if algorithm == "precond-gd":
+    refresh = options.get("refresh_every")
+    release_every = steps if refresh is None else _validate.positive_int(refresh, "refresh_every")
   return _Plan(algorithm, x, y, n, d, steps, repeats, seed, init, guard_radius, timing_runs,
-               dict(n=n, steps=steps, **options))
+               average, release_every, dict(n=n, steps=steps, **options), dict(options),
+               reason)
 
 
 def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
@@ -561,10 +687,12 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
   calibration and charges. ``batched=True`` vmaps over a traced ``rho``.
   """
   x, y, d, init, kwargs = plan.x, plan.y, plan.d, plan.init, plan.kwargs
-  guard_radius, steps = plan.guard_radius, plan.steps
+  guard_radius, steps, release_every = plan.guard_radius, plan.steps, plan.release_every
+  averaged = plan.average != "none"
+  window = averaging.window_size(steps, plan.average)
   loss_star, ridge = optimum_loss(x, y)
 
-  def one_repeat(key, rho, x, y):
+  def one_repeat(key, rho, x, y, h0):
     init_key, tx_key = jax.random.split(key)
     if init == "zeros":
       w0 = jnp.zeros((d,), x.dtype)
@@ -573,17 +701,62 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
       w0 = g / jnp.linalg.norm(g)
     tx, curvature = make_transform(plan.algorithm, key=tx_key, rho=rho, **kwargs)
     state = tx.init(w0)
-    one_step = fit_step(tx, curvature, w0, guard_radius)
 
-    def step(carry, _):
-      w, state, resets = carry
-      w, state, loss, diverged = one_step(w, state, x, y)
-      return (w, state, resets + diverged.astype(jnp.int32)), loss
+    def advance(one_step):
+      # One iteration plus the bookkeeping: guard resets and the tail mean of
+      # the (guarded) iterates, which is post-processing of released values.
+      def body(carry, _):
+        w, state, resets, t, avg, avg_lo = carry
+        w, state, loss, diverged = one_step(w, state, x, y)
+        t = t + 1
+        if averaged:
+          avg, avg_lo = averaging.fold_iterate(avg, avg_lo, w, t, steps=steps, window=window)
+        return (w, state, resets + diverged.astype(jnp.int32), t, avg, avg_lo), loss
 
-    carry = (w0, state, jnp.zeros((), jnp.int32))
-    (w, state, resets), losses = jax.lax.scan(step, carry, None, length=steps)
+      return body
+
+    zero = jnp.zeros((), jnp.int32)
+    carry = (w0, state, zero, zero, w0, jnp.zeros_like(w0))
+    if release_every is None:
+      carry, losses = jax.lax.scan(
+          advance(fit_step(tx, curvature, w0, guard_radius)), carry, None, length=steps)
+    else:
+      # precond-gd: the curvature pass runs only on the release steps 0, r, 2r, ...
+      # The first one is at w_0; from the shared start 0 its matrix h0 was
+      # computed once for all repeats (outside the vmap).
+      release = advance(fit_step(tx, curvature, w0, guard_radius))
+      first_release = release if h0 is None else advance(
+          fit_step(tx, curvature, w0, guard_radius, matrix=h0))
+      plain = advance(fit_step(tx, None, w0, guard_radius))
+
+      def block(carry, length, release_step):
+        carry, first = release_step(carry, None)
+        if length == 1:
+          return carry, first[None]
+        carry, rest = jax.lax.scan(plain, carry, None, length=length - 1)
+        return carry, jnp.concatenate([first[None], rest])
+
+      first_len = min(release_every, steps)
+      carry, losses = block(carry, first_len, first_release)
+      full, rest = divmod(steps - first_len, release_every)
+      if full:
+        carry, more = jax.lax.scan(lambda c, _: block(c, release_every, release), carry, None,
+                                   length=full)
+        losses = jnp.concatenate([losses, more.reshape(-1)])
+      if rest:
+        carry, tail = block(carry, rest, release)
+        losses = jnp.concatenate([losses, tail])
+    w, state, resets, _, avg, _ = carry
     losses = jnp.concatenate([losses, glm.logistic_loss(w, x, y)[None]])
-    return w, losses, resets, state
+    return (avg if averaged else w), w, losses, resets, state
+
+  def shared_h0(x, y):
+    # precond-gd from the shared start 0: the first release's matrix is the
+    # same for every repeat and level (X^T X / (4n)); compute it once.
+    if release_every is None or init != "zeros":
+      return None
+    curvature = _ALGORITHM_SPECS[plan.algorithm][2]
+    return glm.logistic_grad_and_curvature(jnp.zeros((d,), x.dtype), x, y, curvature)[2]
 
   keys = jax.random.split(jax.random.key(plan.seed), plan.repeats)
   xj, yj = jax.device_put(x), jax.device_put(y)
@@ -595,17 +768,19 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
     num_levels = len(levels)
     flat_keys = jnp.tile(keys, num_levels)
     flat_rhos = jnp.repeat(jnp.asarray([lv[0] for lv in levels], x.dtype), plan.repeats)
-    flat = jax.vmap(one_repeat, in_axes=(0, 0, None, None))
+    flat = jax.vmap(one_repeat, in_axes=(0, 0, None, None, None))
 
     def run_fn(flat_keys, flat_rhos, x, y):
-      out = flat(flat_keys, flat_rhos, x, y)
+      out = flat(flat_keys, flat_rhos, x, y, shared_h0(x, y))
       return jax.tree.map(lambda a: a.reshape((num_levels, plan.repeats) + a.shape[1:]), out)
 
     run = jax.jit(run_fn)
     args = (flat_keys, flat_rhos, xj, yj)
   else:
     rho = levels[0][0]
-    run = jax.jit(jax.vmap(lambda key, x, y: one_repeat(key, rho, x, y), in_axes=(0, None, None)))
+    per_key = jax.vmap(lambda key, x, y, h0: one_repeat(key, rho, x, y, h0),
+                       in_axes=(0, None, None, None))
+    run = jax.jit(lambda keys, x, y: per_key(keys, x, y, shared_h0(x, y)))
     args = (keys, xj, yj)
   jax.block_until_ready(args)
 
@@ -621,21 +796,22 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
   out = jax.device_get(out)
   if not batched:
     out = jax.tree.map(lambda a: a[None], out)
-  # Every level's final losses in one float64 pass (one conversion of x).
-  final = np.asarray(out[0])
-  all_losses = _host_losses(final.reshape(-1, d), x, y).reshape(final.shape[:2])
+  # Every level's output and final-iterate losses in one float64 pass (one
+  # conversion of x).
+  points = np.stack([np.asarray(out[0]), np.asarray(out[1])])  # [2, levels, repeats, d]
+  all_losses = _host_losses(points.reshape(-1, d), x, y).reshape(points.shape[:3]) - loss_star
   results = []
   for i, (rho, epsilon, delta, method) in enumerate(levels):
-    params, losses, resets, state = jax.tree.map(lambda a: a[i], out)
-    results.append(_result(plan, params, losses, resets, state, all_losses[i] - loss_star,
-                           rho=rho, epsilon=epsilon,
+    params, _, losses, resets, state = jax.tree.map(lambda a: a[i], out)
+    results.append(_result(plan, params, losses, resets, state, all_losses[0, i],
+                           all_losses[1, i], rho=rho, epsilon=epsilon,
                            delta=delta, method=method, loss_star=loss_star, ridge=ridge,
                            seconds_compile=seconds_compile, seconds_run=seconds_run))
   return results
 
 
-def _result(plan, params, losses, resets, state, excess, *, rho, epsilon, delta, method,
-            loss_star, ridge, seconds_compile, seconds_run) -> FitResult:
+def _result(plan, params, losses, resets, state, excess, final_excess, *, rho, epsilon, delta,
+            method, loss_star, ridge, seconds_compile, seconds_run) -> FitResult:
   repeats = plan.repeats
   params = np.asarray(params)
   se = float(np.std(excess, ddof=1) / math.sqrt(repeats)) if repeats > 1 else 0.0
@@ -661,4 +837,16 @@ def _result(plan, params, losses, resets, state, excess, *, rho, epsilon, delta,
       guard_resets=np.asarray(resets, np.int64),
       rho_spent=np.atleast_1d(accounting_lib.spent_rho(state.accountant)),
       opt_state=state,
+      average=plan.average,
+      final_excess_losses=final_excess,
+      gradient_evaluations=plan.steps,
+      curvature_evaluations=_curvature_evaluations(plan),
+      options=dict(plan.options),
+      auto_reason=plan.reason,
   )
+
+
+def _curvature_evaluations(plan: _Plan) -> int:
+  if plan.release_every is not None:
+    return -(-plan.steps // plan.release_every)
+  return plan.steps if _ALGORITHM_SPECS[plan.algorithm][2] is not None else 0

@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 
 import jax
+import numpy as np
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The shared LIBSVM files live beside the repository (../shared/data); CI lays
 # a copy there. DPJAX_DATA_DIR overrides the location.
 DATA_DIR = pathlib.Path(os.environ.get("DPJAX_DATA_DIR", REPO_ROOT.parent / "shared" / "data"))
+
+
+# |z| above which a noise-scale test rejects (two-sided p ~ 7e-6 under the
+# null; with fixed keys the tests are deterministic, the bound only guards
+# against a wrong scale passing by luck).
+Z_MAX = 4.5
+
+
+def scale_z(samples, var):
+  """z-score of H0: E[|s_k|^2 / p] = var_k, over independent rows s_k (CLT).
+
+  ``samples`` [K, ...]: row k is one independent draw (its p coordinates
+  may be dependent); ``var`` [K] or scalar: the claimed per-coordinate
+  variance. The standard error comes from the empirical spread of the row
+  statistics, so non-Gaussian rows (a random std) are handled exactly.
+  """
+  s = np.asarray(samples, np.float64)
+  s = s.reshape(s.shape[0], -1)
+  q = np.mean(s**2, axis=1) / np.asarray(var, np.float64)
+  return (q.mean() - 1.0) / (q.std(ddof=1) / math.sqrt(q.size))
+
+
+def maybe_jit(fn, jit):
+  """``jax.jit(fn)`` when ``jit``, else ``fn``: tests run both ways."""
+  return jax.jit(fn) if jit else fn
 
 
 def shared_data_file(name: str) -> pathlib.Path:

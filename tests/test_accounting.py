@@ -16,6 +16,7 @@ import numpy as np
 import optax
 import pytest
 
+from conftest import maybe_jit
 from dpjax import accounting
 from dpjax.accounting import (
     METHODS,
@@ -33,10 +34,6 @@ from dpjax.accounting import (
 # Grid of the acceptance checks: eps in [1e-4, 1e3], delta in [1e-30, 0.1).
 EPS_GRID = np.logspace(-4, 3, 22)
 DELTA_GRID = (1e-30, 1e-20, 1e-12, 1e-8, 1e-5, 1e-3, 0.0999)
-
-
-def _maybe_jit(fn, jit):
-  return jax.jit(fn) if jit else fn
 
 
 # ----------------------------------------------------------------------------
@@ -371,11 +368,11 @@ def test_gaussian_zcdp_and_sigma_python_floats():
 def test_gaussian_zcdp_and_sigma_arrays(jit):
   sens = jnp.array([1.0, 0.25, 2.0], jnp.float32)
   sigma = jnp.array([5.0, 0.1, 30.0], jnp.float32)
-  rho = _maybe_jit(gaussian_zcdp, jit)(sens, sigma)
+  rho = maybe_jit(gaussian_zcdp, jit)(sens, sigma)
   assert rho.dtype == jnp.float32
   expected = np.float64(sens) ** 2 / (2 * np.float64(sigma) ** 2)
   np.testing.assert_allclose(np.asarray(rho), expected, rtol=1e-6)
-  back = _maybe_jit(gaussian_sigma, jit)(sens, rho)
+  back = maybe_jit(gaussian_sigma, jit)(sens, rho)
   np.testing.assert_allclose(np.asarray(back), np.asarray(sigma), rtol=1e-6)
   per = jax.vmap(gaussian_sigma, in_axes=(None, 0))(1.0, jnp.array([0.02, 0.5]))
   np.testing.assert_allclose(np.asarray(per), [5.0, 1.0], rtol=1e-6)
@@ -456,7 +453,7 @@ def test_charge_adds(jit):
   state = init_accountant()
   for amount in (0.1, 0.2, 0.3):
     # The host-side amount is closed over, so charge sees the float64 value.
-    state = _maybe_jit(lambda s, a=amount: charge(s, a), jit)(state)
+    state = maybe_jit(lambda s, a=amount: charge(s, a), jit)(state)
   assert spent_rho(state) == pytest.approx(0.6, rel=1e-15)
   assert float(state.rho) == pytest.approx(0.6, rel=1e-7)  # the leading word alone
 
@@ -475,7 +472,7 @@ def _scan_charges(amount, steps, jit):
 
     return jax.lax.scan(body, state, None, length=steps)[0]
 
-  return _maybe_jit(run, jit)(init_accountant())
+  return maybe_jit(run, jit)(init_accountant())
 
 
 @pytest.mark.parametrize("jit", [True, False])
@@ -537,7 +534,7 @@ def test_traced_float64_charges_split_in_graph(x64, jit):
   def run(state, xs):
     return jax.lax.scan(lambda s, x: (charge(s, x), None), state, xs)[0]
 
-  state = _maybe_jit(run, jit)(init_accountant(jnp.float32), xs)
+  state = maybe_jit(run, jit)(init_accountant(jnp.float32), xs)
   assert state.rho.dtype == jnp.float32
   assert abs(spent_rho(state) / math.fsum(np.asarray(xs)) - 1) < 1e-14
 

@@ -14,7 +14,8 @@ from dpjax import accounting, cli, data, training as fit_lib
 _JSON_FIELDS = {
     "algorithm", "epsilon", "delta", "rho", "accounting", "n", "d", "steps", "repeats",
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
-    "seconds_run", "guard_resets",
+    "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
+    "curvature_evaluations", "options", "auto_reason",
 }
 
 
@@ -53,6 +54,36 @@ def test_fit_synthetic_writes_json(tmp_path, capsys):
   assert record["loss_star"] == res.loss_star
 
 
+def test_fit_precond_gd_and_dp_gd_options(tmp_path, capsys):
+  out = tmp_path / "p.json"
+  argv = ["fit", "--data", "synthetic", "--algorithm", "precond-gd", "--epsilon", "1",
+          "--steps", "6", "--repeats", "2", "--kappa", "6", "--curvature-frac", "0.05",
+          "--refresh-every", "4", "--average", "last-quarter", "--json", str(out)]
+  assert cli.main(argv) == 0
+  assert "output last-quarter" in capsys.readouterr().out
+  record = json.loads(out.read_text())
+  assert record["options"] == {"kappa": 6.0, "curvature_frac": 0.05, "refresh_every": 4}
+  assert (record["average"], record["curvature_evaluations"]) == ("last-quarter", 2)
+  res = fit_lib.fit(data.synthetic(0), "precond-gd", epsilon=1.0, steps=6, repeats=2, kappa=6.0,
+                    curvature_frac=0.05, refresh_every=4, average="last-quarter")
+  assert record["excess_losses"] == res.excess_losses.tolist()
+  argv = ["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "6",
+          "--learning-rate", "16", "--json", str(out)]
+  assert cli.main(argv) == 0
+  assert json.loads(out.read_text())["options"] == {"learning_rate": 16.0}
+
+
+def test_fit_auto_needs_no_steps(tmp_path, capsys):
+  out = tmp_path / "a.json"
+  argv = ["fit", "--data", "synthetic", "--algorithm", "auto", "--epsilon", "1", "--json", str(out)]
+  assert cli.main(argv) == 0
+  line = capsys.readouterr().out.strip()
+  record = json.loads(out.read_text())
+  assert line.startswith(f"{record['algorithm']} (chosen by auto) on synthetic")
+  assert record["algorithm"] == "precond-gd" and record["auto_reason"].startswith("precond-gd:")
+  assert record["steps"] >= 1
+
+
 def test_fit_libsvm_file_as_module(tmp_path):
   path = _libsvm_file(tmp_path)
   out = tmp_path / "r.json"
@@ -79,8 +110,9 @@ def test_demo_small(capsys):
   rho = accounting.epsilon_to_zcdp(1.0, 1 / 300**2, "gaussian")
   assert f"eps=1 (rho={rho:.3g})" in out
   rows = [line for line in out.splitlines() if line.startswith("| ") and "±" in line]
-  assert [r.split("|")[1].strip() for r in rows] == list(fit_lib.ALGORITHMS)
-  assert "5/5 done" in captured.err  # progress bar
+  assert [r.split("|")[1].strip() for r in rows] == list(fit_lib.ALGORITHMS) + ["auto"]
+  assert "(precond-gd, T=" in rows[-1] or "(dp-gd, T=" in rows[-1]
+  assert "7/7 done" in captured.err  # progress bar
 
 
 def _run(argv, capsys):
@@ -120,6 +152,18 @@ _FIT = ["fit", "--data", "synthetic", "--algorithm", "hess-clip", "--steps", "2"
         (["fit", "--data", "/no/such/file.svm", "--algorithm", "dp-gd", "--epsilon", "1",
           "--steps", "2"], "no such file"),
         (_FIT + ["--epsilon", "1", "--json", "/no/such/folder/r.json"], "does not exist"),
+        (["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1"],
+         "steps is required for algorithm 'dp-gd'"),
+        (["fit", "--data", "synthetic", "--algorithm", "auto", "--epsilon", "1", "--steps", "5"],
+         "algorithm='auto' chooses the steps"),
+        (_FIT + ["--epsilon", "1", "--average", "mean"], "invalid choice: 'mean'"),
+        (_FIT + ["--epsilon", "1", "--kappa", "3"], "unknown option(s) ['kappa']"),
+        (["fit", "--data", "synthetic", "--algorithm", "precond-gd", "--epsilon", "1", "--steps",
+          "5", "--kappa", "0"], "kappa must be > 0"),
+        (["fit", "--data", "synthetic", "--algorithm", "precond-gd", "--epsilon", "1", "--steps",
+          "5", "--curvature-frac", "1"], "curvature_frac must be in the open interval (0, 1)"),
+        (["fit", "--data", "synthetic", "--algorithm", "precond-gd", "--epsilon", "1", "--steps",
+          "5", "--refresh-every", "0"], "refresh_every must be >= 1"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, match, capsys):

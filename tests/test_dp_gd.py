@@ -10,22 +10,9 @@ import numpy as np
 import optax
 import pytest
 
+from conftest import Z_MAX, maybe_jit, scale_z
 from dpjax import accounting, data, glm, solve
 from dpjax.transforms import DPGDState, dp_gd
-
-Z_MAX = 4.5  # two-sided p ~ 7e-6 under the null
-
-
-def scale_z(samples, var):
-  """z-score of H0: E[|s_k|^2 / d] = var over independent rows s_k (CLT)."""
-  s = np.asarray(samples, np.float64)
-  q = np.mean(s.reshape(s.shape[0], -1) ** 2, axis=1) / var
-  return (q.mean() - 1.0) / (q.std(ddof=1) / math.sqrt(q.size))
-
-
-def _maybe_jit(fn, jit):
-  return jax.jit(fn) if jit else fn
-
 
 _OK = dict(n=1000, rho=1.0, steps=5, key=0)
 
@@ -90,7 +77,7 @@ def test_noise_scale(jit):
     return out, state.noise_std
 
   keys = jax.random.split(jax.random.key(5), k)
-  out, noise_std = _maybe_jit(jax.vmap(draw), jit)(keys)
+  out, noise_std = maybe_jit(jax.vmap(draw), jit)(keys)
   sigma = (1 / n) / math.sqrt(2 * rho / steps)
   np.testing.assert_allclose(noise_std, sigma, rtol=1e-6)
   noise = np.asarray(out) / -lr
@@ -122,7 +109,7 @@ def test_noise_is_fresh_each_step_and_deterministic_per_key():
 def test_accountant_total_and_tree_get(jit):
   rho, steps = 0.0143935, 13
   tx = dp_gd(n=1000, rho=rho, steps=steps, key=0)
-  step = _maybe_jit(tx.update, jit)
+  step = maybe_jit(tx.update, jit)
   state = tx.init(jnp.zeros(2))
   for _ in range(steps):
     _, state = step(jnp.ones(2), state)
@@ -143,7 +130,7 @@ def test_rho_per_step_without_steps_has_no_limit():
 @pytest.mark.parametrize("jit", [True, False])
 def test_budget_exhaustion(jit):
   tx = dp_gd(n=10, rho=1.0, steps=2, rho_per_step=None, key=0)
-  step = _maybe_jit(tx.update, jit)
+  step = maybe_jit(tx.update, jit)
   state = tx.init(jnp.zeros(2))
   for _ in range(2):
     _, state = step(jnp.ones(2), state)

@@ -11,6 +11,7 @@ import numpy as np
 import optax
 import pytest
 
+from conftest import Z_MAX, maybe_jit, scale_z
 from dpjax import accounting, data, glm, solve
 from dpjax.transforms import (
     DPNewtonState,
@@ -20,31 +21,12 @@ from dpjax.transforms import (
     newton_budget,
 )
 
-# |z| above which a scale test rejects (two-sided p ~ 7e-6 under the null).
-Z_MAX = 4.5
 VARIANTS = [(c, m) for c in ("hessian", "qu") for m in ("clip", "add")]
 
-
-def scale_z(samples, var):
-  """z-score of H0: E[|s_k|^2 / d] = var_k, over independent rows s_k (CLT).
-
-  ``samples`` [K, d]: row k is one independent draw (its coordinates may be
-  dependent); ``var`` [K] or scalar: the claimed per-coordinate variance.
-  The standard error comes from the empirical spread of the row statistics,
-  so non-Gaussian rows (a random std) are handled exactly.
-  """
-  s = np.asarray(samples, np.float64)
-  s = s.reshape(s.shape[0], -1)
-  q = np.mean(s**2, axis=1) / np.asarray(var, np.float64)
-  return (q.mean() - 1.0) / (q.std(ddof=1) / math.sqrt(q.size))
 
 
 def rel(a, b):
   return abs(a - b) / abs(b)
-
-
-def _maybe_jit(fn, jit):
-  return jax.jit(fn) if jit else fn
 
 
 # ----------------------------------------------------------------------------
@@ -88,7 +70,7 @@ def test_worked_numbers_through_the_transform(jit):
   h = jnp.diag(jnp.array([0.1, 0.05, 0.03, 0.02]))
   tx = dp_newton(n=n, rho=0.0143935, steps=5, key=0, disable_noise_for_testing=True)
   w = jnp.zeros(d)
-  _, state = _maybe_jit(functools.partial(tx.update, curvature_matrix=h), jit)(
+  _, state = maybe_jit(functools.partial(tx.update, curvature_matrix=h), jit)(
       jnp.ones(d), tx.init(w), w
   )
   assert rel(float(state.min_eigenvalue), 1.08763e-2) < 1e-5
@@ -276,8 +258,8 @@ def test_data_path_equals_matrix_path(jit, curvature):
   _, g, h = glm.logistic_grad_and_curvature(w, x, y, curvature)
   tx = dp_newton(n=300, rho=1.0, steps=3, curvature=curvature, key=7)
   state = tx.init(w)
-  by_matrix = _maybe_jit(lambda g, s, w: tx.update(g, s, w, curvature_matrix=h), jit)(g, state, w)
-  by_data = _maybe_jit(lambda g, s, w: tx.update(g, s, w, x=x, y=y), jit)(g, state, w)
+  by_matrix = maybe_jit(lambda g, s, w: tx.update(g, s, w, curvature_matrix=h), jit)(g, state, w)
+  by_data = maybe_jit(lambda g, s, w: tx.update(g, s, w, x=x, y=y), jit)(g, state, w)
   np.testing.assert_allclose(by_data[0], by_matrix[0], rtol=1e-6)
   assert float(by_data[1].min_eigenvalue) == float(by_matrix[1].min_eigenvalue)
 
@@ -406,7 +388,7 @@ def test_budget_exhaustion(jit):
   tx = dp_newton(n=1000, rho=1.0, steps=2, key=0)
   w = jnp.zeros(d)
   h = 0.1 * jnp.eye(d)
-  step = _maybe_jit(lambda g, s: tx.update(g, s, w, curvature_matrix=h), jit)
+  step = maybe_jit(lambda g, s: tx.update(g, s, w, curvature_matrix=h), jit)
   state = tx.init(w)
   for _ in range(2):
     _, state = step(jnp.ones(d), state)

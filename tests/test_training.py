@@ -45,8 +45,14 @@ def test_result_fields_and_shapes(algorithm, small):
   assert res.loss_star == loss_star
   for r in range(repeats):
     assert res.excess_losses[r] == pytest.approx(_loss64(res.params[r], *small) - loss_star, abs=1e-12)
-  # The in-graph trajectory ends at the same point (float32 rounding).
-  np.testing.assert_allclose(res.losses[:, -1], res.excess_losses + loss_star, rtol=1e-5)
+  # The in-graph trajectory ends at the final iterate (float32 rounding), which
+  # is the output unless the algorithm averages by default (precond-gd).
+  np.testing.assert_allclose(res.losses[:, -1], res.final_excess_losses + loss_star, rtol=1e-5)
+  assert res.average == ("last-half" if algorithm == "precond-gd" else "none")
+  if res.average == "none":
+    np.testing.assert_array_equal(res.final_excess_losses, res.excess_losses)
+  assert res.gradient_evaluations == steps
+  assert res.curvature_evaluations == {"dp-gd": 0, "precond-gd": 1}.get(algorithm, steps)
   assert res.excess_loss_mean == pytest.approx(np.mean(res.excess_losses))
   assert res.excess_loss_se == pytest.approx(np.std(res.excess_losses, ddof=1) / math.sqrt(repeats))
   # The accountant in the final states holds the whole budget.
@@ -203,6 +209,17 @@ _GOOD = dict(algorithm="hess-clip", epsilon=1.0, steps=2)
         (dict(algorithm="dp-gd", grad_frac=0.5), None, TypeError, "unknown option.*grad_frac"),
         (dict(key=3), None, TypeError, r"fit sets \['key'\] itself"),
         (dict(modification="add"), None, TypeError, "fit sets.*modification"),
+        (dict(average="mean"), None, ValueError, "average must be one of"),
+        (dict(algorithm="precond-gd", curvature_frac=0.0), None, ValueError,
+         r"curvature_frac must be in the open interval \(0, 1\)"),
+        (dict(algorithm="precond-gd", curvature_frac=1.0), None, ValueError,
+         r"curvature_frac must be in the open interval \(0, 1\)"),
+        (dict(algorithm="precond-gd", kappa=0.0), None, ValueError, "kappa must be > 0"),
+        (dict(algorithm="precond-gd", kappa=-3.0), None, ValueError, "kappa must be > 0"),
+        (dict(algorithm="precond-gd", steps=0), None, ValueError, "steps must be >= 1"),
+        (dict(algorithm="precond-gd", refresh_every=0), None, ValueError,
+         "refresh_every must be >= 1"),
+        (dict(algorithm="precond-gd", d=3), None, TypeError, r"fit sets \['d'\] itself"),
         ({}, "labels", ValueError, r"labels -1 and \+1"),
         ({}, "rows", ValueError, "has L2 norm .* > 1"),
         ({}, "list", TypeError, "data must be a dpjax.data.Dataset"),
@@ -248,7 +265,7 @@ def test_float64_matches_float32(x64):
   np.testing.assert_allclose(r32.losses, r64.losses, rtol=1e-6)
 
 
-@pytest.mark.parametrize("algorithm", ["dp-gd", "hess-clip", "qu-add"])
+@pytest.mark.parametrize("algorithm", ["dp-gd", "precond-gd", "hess-clip", "qu-add"])
 def test_fit_levels_matches_fit_per_level(algorithm, small):
   eps = [0.5, 2.0, 2.0]
   methods = ["gaussian", "paper", "gaussian"]
@@ -291,3 +308,98 @@ def test_timing_runs_keeps_results(small):
   a = fit_lib.fit(small, "hess-clip", epsilon=1.0, steps=3, repeats=2, timing_runs=3)
   b = fit_lib.fit(small, "hess-clip", epsilon=1.0, steps=3, repeats=2)
   np.testing.assert_array_equal(a.params, b.params)
+
+
+# ----------------------------------------------------------------------------
+# precond-gd and averaging inside fit (issue 5).
+# ----------------------------------------------------------------------------
+
+
+def _noiseless_precond_iterates(x, y, *, rho, steps, kappa=3.0, refresh_every=None):
+  """Reference float64 loop of noiseless precond-gd: releases at 0, r, 2r, ..."""
+  n, d = x.shape
+  r = steps if refresh_every is None else refresh_every
+  releases = -(-steps // r)
+  sigma_h = accounting.gaussian_sigma(0.25 / n, 0.03 * rho / releases)
+  floor = kappa * math.sqrt(2 * d) * sigma_h
+  a = np.asarray(y, np.float64)[:, None] * np.asarray(x, np.float64)
+  w = np.zeros(d)
+  iterates = [w]
+  for t in range(steps):
+    s = 1 / (1 + np.exp(a @ w))  # sigma(-margin)
+    grad = -(a * s[:, None]).mean(0)
+    if t % r == 0:
+      h = (a.T * (s * (1 - s))) @ a / n  # Hessian at the current iterate
+      evals, evecs = np.linalg.eigh(h)
+      p = (evecs / np.maximum(evals, floor)) @ evecs.T
+    w = w - p @ grad
+    iterates.append(w)
+  return np.array(iterates)
+
+
+@pytest.mark.parametrize("refresh_every", [None, 2, 3])
+def test_precond_gd_fit_matches_reference_loop(refresh_every, x64):
+  ds = data.synthetic(3, n=300, d=4, dtype=np.float64)
+  steps, rho = 7, 50.0
+  res = fit_lib.fit(ds, "precond-gd", rho=rho, steps=steps, average="none",
+                    refresh_every=refresh_every, disable_noise_for_testing=True)
+  ref = _noiseless_precond_iterates(ds.x, ds.y, rho=rho, steps=steps,
+                                    refresh_every=refresh_every)
+  np.testing.assert_allclose(res.params[0], ref[-1], rtol=1e-9, atol=1e-12)
+  releases = 1 if refresh_every is None else -(-steps // refresh_every)
+  assert res.curvature_evaluations == releases
+  assert int(res.opt_state.releases[0]) == releases
+  np.testing.assert_allclose(res.rho_spent, rho, rtol=1e-12)
+  assert res.losses.shape == (1, steps + 1)
+
+
+@pytest.mark.parametrize("average", ["last-half", "last-quarter", "none"])
+@pytest.mark.parametrize("algorithm", ["precond-gd", "dp-gd"])
+def test_average_is_the_mean_of_the_last_iterates(algorithm, average, x64):
+  ds = data.synthetic(3, n=300, d=4, dtype=np.float64)
+  steps = 10
+  kw = dict(rho=50.0, steps=steps, disable_noise_for_testing=True)
+  res = fit_lib.fit(ds, algorithm, average=average, **kw)
+  if algorithm == "precond-gd":
+    iterates = _noiseless_precond_iterates(ds.x, ds.y, rho=50.0, steps=steps)
+  else:  # noiseless DP-GD with step 4
+    a = np.asarray(ds.y, np.float64)[:, None] * np.asarray(ds.x, np.float64)
+    iterates = [np.zeros(4)]
+    for _ in range(steps):
+      w = iterates[-1]
+      iterates.append(w + 4.0 * (a / (1 + np.exp(a @ w))[:, None]).mean(0))
+    iterates = np.array(iterates)
+  k = {"last-half": 5, "last-quarter": 3, "none": 1}[average]
+  np.testing.assert_allclose(res.params[0], iterates[-k:].mean(0), rtol=1e-9, atol=1e-12)
+  np.testing.assert_allclose(res.final_excess_losses + res.loss_star,
+                             _loss64(iterates[-1], *ds), rtol=1e-12)
+
+
+def test_average_with_noise_reuses_the_same_run(small):
+  # Averaging is post-processing: the same seed gives the same iterates, so
+  # the final iterate of an averaged run is the output of the plain run.
+  kw = dict(epsilon=1.0, steps=8, repeats=3, seed=4)
+  plain = fit_lib.fit(small, "precond-gd", average="none", **kw)
+  avg = fit_lib.fit(small, "precond-gd", average="last-half", **kw)
+  np.testing.assert_array_equal(avg.final_excess_losses, plain.excess_losses)
+  assert not np.allclose(avg.excess_losses, plain.excess_losses)
+  np.testing.assert_allclose(avg.rho_spent, plain.rho_spent, rtol=0)
+
+
+def test_average_sees_the_guarded_iterates(small):
+  # Every update leaves the tiny ball and is reset to w_0 = 0 before it is
+  # averaged, so the average is exactly 0 (not the mean of diverged points).
+  res = fit_lib.fit(small, "precond-gd", rho=0.1, steps=6, repeats=2, guard_radius=1e-6)
+  assert res.guard_resets.tolist() == [6, 6]
+  np.testing.assert_array_equal(res.params, 0.0)
+
+
+def test_precond_gd_beats_dp_gd_at_the_same_budget():
+  # The preconditioner inverts the strong intercept direction that caps the
+  # DP-GD step: with 40 steps precond-gd is far ahead of DP-GD's 40 steps.
+  x, y = data.synthetic(0, n=4000, d=8)
+  x = np.concatenate([np.full((4000, 1), 0.7, np.float32), 0.7 * x], axis=1)
+  kw = dict(epsilon=2.0, steps=40, repeats=4, seed=2)
+  pre = fit_lib.fit((x, y), "precond-gd", **kw)
+  gd = fit_lib.fit((x, y), "dp-gd", average="last-half", **kw)
+  assert pre.excess_loss_mean < 0.5 * gd.excess_loss_mean

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from dpjax import accounting
-from dpjax.transforms import dp_gd, dp_newton
+from dpjax.transforms import dp_gd, dp_newton, dp_precond_gd, precond_budget
 
 D = 3
 H = jnp.diag(jnp.array([0.2, 0.05, 0.01]))
@@ -17,6 +17,14 @@ RHO, STEPS = 0.5, 4
 
 # name -> (factory(key) -> transform, extra keyword arguments of update).
 REGISTRY = {
+    "precond_gd": (
+        lambda key: dp_precond_gd(n=500, rho=RHO, steps=STEPS, key=key),
+        {"curvature_matrix": H},
+    ),
+    "precond_gd_refresh": (
+        lambda key: dp_precond_gd(n=500, rho=RHO, steps=STEPS, refresh_every=2, key=key),
+        {"curvature_matrix": H},
+    ),
     "dp_gd": (lambda key: dp_gd(n=500, rho=RHO, steps=STEPS, key=key), {}),
     "hess_clip_adaptive": (
         lambda key: dp_newton(n=500, rho=RHO, steps=STEPS, key=key),
@@ -35,6 +43,15 @@ REGISTRY = {
 }
 NAMES = sorted(REGISTRY)
 VMAP_NAMES = NAMES
+
+# What the first update charges: rho / T, plus one curvature release for precond-gd.
+_budget = precond_budget(RHO, steps=STEPS)
+_refresh = precond_budget(RHO, steps=STEPS, refresh_every=2)
+FIRST_STEP_RHO = dict(
+    {name: RHO / STEPS for name in NAMES},
+    precond_gd=_budget.rho_release + _budget.rho_step,
+    precond_gd_refresh=_refresh.rho_release + _refresh.rho_step,
+)
 
 G = jnp.array([0.3, -0.1, 0.2])
 W = jnp.zeros(D)
@@ -112,4 +129,14 @@ def test_vmap_over_keys_builds_one_transform_per_key(name):
     ref, _ = _run(factory(keys[i]), extra, steps=1)
     np.testing.assert_allclose(outs[i], ref[0], rtol=1e-5, atol=1e-7)
   assert not np.allclose(outs[0], outs[1])
-  np.testing.assert_allclose(accounting.spent_rho(states.accountant), RHO / STEPS, rtol=1e-12)
+  np.testing.assert_allclose(accounting.spent_rho(states.accountant), FIRST_STEP_RHO[name],
+                             rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_or_missing_key_is_a_clear_error(name):
+  factory, _ = REGISTRY[name]
+  with pytest.raises(TypeError, match="key must be an int seed or a typed PRNG key"):
+    factory(None)
+  with pytest.raises(TypeError, match="wrap a legacy uint32 key"):
+    factory(jax.random.PRNGKey(0))

@@ -1,0 +1,320 @@
+"""Smoke and logic tests of the frontier benchmark (``privacy_utility.py --frontier``).
+
+One ``--frontier --quick`` run (about 30 s on 2 cores) serves the schema,
+report and merge tests; the acceptance arithmetic and the tuning rules are
+checked on hand-made inputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import load_benchmark
+
+_DATASET_KEYS = {"schema", "machine", "quick", "dataset", "n", "d", "delta", "loss_star", "ridge",
+                 "start_excess", "epsilons", "accounting", "init", "select_seed", "report_seed",
+                 "timing", "history", "skipped", "families", "seconds_total"}
+_FRESH_KEYS = {"algorithm", "steps", "options", "average", "seed", "repeats", "mean", "se",
+               "excess_losses", "guard_resets", "gradient_evaluations", "curvature_evaluations",
+               "timing_key", "selection_mean", "selection_se", "seconds", "seconds_executions"}
+
+
+@pytest.fixture(scope="module")
+def pu():
+  return load_benchmark("privacy_utility")
+
+
+@pytest.fixture(scope="module")
+def fr():
+  return load_benchmark("_frontier")
+
+
+@pytest.fixture(scope="module")
+def quick_run(pu, fr, tmp_path_factory) -> pathlib.Path:
+  out = tmp_path_factory.mktemp("frontier")
+  assert pu.main(["--frontier", "--quick", "--out-dir", str(out)]) == 0
+  return out
+
+
+def _per_dataset(fr, directory: pathlib.Path) -> dict:
+  return json.loads((directory / f"{fr.STEM}_{fr.QUICK_DATASET}.json").read_text())
+
+
+def test_quick_outputs_and_schema(fr, quick_run):
+  for name in ("privacy_utility_frontier.json", "privacy_utility_frontier.md",
+               "privacy_utility_frontier.png", f"privacy_utility_frontier_{fr.QUICK_DATASET}.json"):
+    assert (quick_run / name).stat().st_size > 0, name
+  per = _per_dataset(fr, quick_run)
+  assert set(per) == _DATASET_KEYS
+  assert per["quick"] is True and (per["n"], per["d"]) == fr.QUICK_SHAPE
+  assert per["delta"] == pytest.approx(per["n"] ** -2)
+  assert per["epsilons"] == [1.0, 10.0] and per["accounting"] == "gaussian"
+  assert per["init"] == "zeros"
+  assert {"cpu", "cores", "jax", "commit", "command", "devices"} <= set(per["machine"])
+  assert per["history"][0]["command"] == per["machine"]["command"]
+  expected = {f for f in fr.FAMILY_IDS if f not in fr.QUICK_SKIPS}
+  if fr.auto_module()[0] is None:
+    expected.discard("auto")
+    assert "auto" in per["skipped"]
+  assert set(per["families"]) == expected
+  levels = [fr.eps_key(e) for e in per["epsilons"]]
+  for fam, rec in per["families"].items():
+    assert set(rec["fresh"]) == set(levels), fam
+    for lv in levels:
+      f = rec["fresh"][lv]
+      assert set(f) == _FRESH_KEYS, fam
+      # Fresh repeats: seed set B, never the selection's seed set A.
+      assert f["seed"] == per["report_seed"] == fr.REPORT_SEED != per["select_seed"]
+      assert f["repeats"] == 3 and len(f["excess_losses"]) == 3
+      assert f["mean"] == pytest.approx(np.mean(f["excess_losses"]), rel=1e-12)
+      assert f["seconds"] == per["timing"][f["timing_key"]]["seconds_run"] > 0
+      assert f["gradient_evaluations"] == f["steps"]
+      if fam == "auto":
+        continue
+      sel = rec["selected"][lv]
+      assert (f["steps"], f["options"], f["average"]) == (sel["steps"], sel["options"],
+                                                          sel["average"])
+      here = [c for c in rec["candidates"] if lv in c["results"]]
+      assert sel["mean"] == min(c["results"][lv]["mean"] for c in here) == f["selection_mean"]
+      chosen = next(c for c in here if (c["steps"], c["options"], c["average"]) == (
+          sel["steps"], sel["options"], sel["average"]))
+      # The fresh losses are other draws than the selection's (first 3 repeats of seed A).
+      assert not np.allclose(chosen["results"][lv]["excess_losses"], f["excess_losses"])
+      assert len(chosen["results"][lv]["excess_losses"]) == 3
+  fams = per["families"]
+  assert all(c["average"] == "none" for c in fams["dp-gd"]["candidates"])
+  assert all(c["average"] == "last-half" for c in fams["dp-gd+avg"]["candidates"])
+  # dp-gd and dp-gd+avg are the same runs read two ways.
+  assert ([c["steps"] for c in fams["dp-gd"]["candidates"]]
+          == [c["steps"] for c in fams["dp-gd+avg"]["candidates"]])
+  assert {c["options"]["learning_rate"] for c in fams["dp-gd-step"]["candidates"]} == {4.0, 16.0}
+  assert all(c["options"]["learning_rate"] * c["steps"] <= fr.QUICK.max_eta_steps
+             for c in fams["dp-gd-step"]["candidates"])
+  assert {c["average"] for c in fams["precond-gd"]["candidates"]} == {"none", "last-half"}
+  assert all(f["curvature_evaluations"] == 1 for f in fams["precond-gd"]["fresh"].values())
+  assert all(f["curvature_evaluations"] == f["steps"] for f in fams["qu-clip"]["fresh"].values())
+  combined = json.loads((quick_run / "privacy_utility_frontier.json").read_text())
+  assert {"schema", "machine", "quick", "datasets", "frontier", "acceptance"} <= set(combined)
+  for r in combined["frontier"]:
+    base = fams["dp-gd"]["fresh"][fr.eps_key(r["epsilon"])]["mean"]
+    strong = fams["dp-gd-step+avg"]["fresh"][fr.eps_key(r["epsilon"])]["mean"]
+    assert r["ratio_dp_gd"] == pytest.approx(r["mean"] / base)
+    assert r["ratio_strongest_first_order"] == pytest.approx(r["mean"] / strong)
+  assert len(combined["acceptance"]["rows"]) == 2
+  assert combined["acceptance"]["summary"]["cells"] == 2
+  md = (quick_run / "privacy_utility_frontier.md").read_text()
+  assert "Acceptance summary" in md and "Quick smoke run" in md
+  assert f"## {fr.QUICK_DATASET}" in md and "seed set B" in md
+
+
+def test_auto_row(fr, quick_run):
+  auto, why = fr.auto_module()
+  if auto is None:
+    pytest.skip(why)
+  rec = _per_dataset(fr, quick_run)["families"]["auto"]
+  for lv, c in rec["choice"].items():
+    assert {"algorithm", "steps", "average", "options", "reason"} <= set(c)
+    f = rec["fresh"][lv]
+    assert (f["algorithm"], f["steps"], f["average"]) == (c["algorithm"], c["steps"],
+                                                          c["average"])
+    assert f["selection_mean"] is None and f["seed"] == fr.REPORT_SEED
+
+
+def test_report_only_rebuilds(fr, quick_run):
+  (quick_run / "privacy_utility_frontier.md").unlink()
+  assert fr.main(["--quick", "--out-dir", str(quick_run), "--report-only"]) == 0
+  assert "Acceptance summary" in (quick_run / "privacy_utility_frontier.md").read_text()
+
+
+def test_report_only_without_results_exits_2(fr, tmp_path, capsys):
+  assert fr.main(["--out-dir", str(tmp_path), "--report-only"]) == 2
+  assert "run the benchmark first" in capsys.readouterr().err
+
+
+def test_privacy_utility_report_ignores_frontier_files(pu, quick_run, capsys):
+  # Only frontier files are there: the Table 1 report finds nothing of its own.
+  assert pu.main(["--out-dir", str(quick_run), "--report-only"]) == 2
+  assert "run the benchmark first" in capsys.readouterr().err
+
+
+def test_families_merge_keeps_the_others(fr, quick_run, tmp_path):
+  out = tmp_path / "merge"
+  shutil.copytree(quick_run, out)
+  before = _per_dataset(fr, out)
+  assert fr.main(["--quick", "--out-dir", str(out), "--families", "qu-clip"]) == 0
+  after = _per_dataset(fr, out)
+  assert list(after["families"]) == list(before["families"])
+  for fam in before["families"]:
+    if fam != "qu-clip":
+      assert after["families"][fam] == before["families"][fam], fam
+  assert [h["families"] for h in after["history"]] == [
+      before["history"][0]["families"], ["qu-clip"]]
+  assert set(before["timing"]) <= set(after["timing"])
+  qu = after["families"]["qu-clip"]
+  assert all(qu["fresh"][lv]["timing_key"] in after["timing"] for lv in qu["fresh"])
+
+
+def test_merge_refuses_other_levels(fr):
+  old = {"dataset": "x", "n": 10, "d": 2, "epsilons": [1.0], "accounting": "gaussian",
+         "init": "zeros", "select_seed": 0, "report_seed": 1, "loss_star": 0.5, "families": {}}
+  new = dict(old, epsilons=[1.0, 10.0])
+  with pytest.raises(ValueError, match="epsilons"):
+    fr.merge(old, new)
+
+
+def test_missing_data_file_names_the_flag(pu, tmp_path, capsys):
+  code = pu.main(["--frontier", "--datasets", "a5a", "--data-dir", str(tmp_path / "none"),
+                  "--out-dir", str(tmp_path)])
+  assert code == 2
+  err = capsys.readouterr().err
+  assert "--data-dir" in err and "a5a.bz2" in err
+
+
+# ----------------------------------------------------------------------------
+# The acceptance arithmetic on a hand-made payload.
+# ----------------------------------------------------------------------------
+
+
+def _fresh(mean: float, se: float, algorithm: str = "x") -> dict:
+  return {"mean": mean, "se": se, "algorithm": algorithm}
+
+
+def _cand(steps: int, kappa: float, average: str, means: dict[str, float]) -> dict:
+  return {"steps": steps, "options": {"kappa": kappa, "curvature_frac": 0.03},
+          "average": average, "results": {lv: {"mean": m, "se": 0.0} for lv, m in means.items()}}
+
+
+def _payload() -> dict:
+  """Three cells: eps=1 meets every criterion; eps=10 fails each; eps=0.1 never matches."""
+  sel_p = {"options": {"kappa": 3.0, "curvature_frac": 0.03}, "average": "last-half"}
+  return {
+      "dataset": "toy", "epsilons": [0.1, 1.0, 10.0],
+      "families": {
+          "dp-gd": {
+              "selected": {"0.1": {"steps": 200, "mean": 1.0}, "1": {"steps": 800, "mean": 1.0},
+                           "10": {"steps": 100, "mean": 1.0}},
+              "fresh": {"0.1": _fresh(1.0, 0.05), "1": _fresh(1.0, 0.01),
+                        "10": _fresh(1.0, 0.01)}},
+          "precond-gd": {
+              "selected": {lv: dict(sel_p) for lv in ("0.1", "1", "10")},
+              "candidates": [
+                  _cand(10, 3.0, "last-half", {"0.1": 1.3, "1": 1.5, "10": 1.2}),
+                  _cand(40, 3.0, "last-half", {"0.1": 1.2, "1": 0.95, "10": 0.99}),
+                  _cand(160, 3.0, "last-half", {"0.1": 1.1, "1": 0.8}),
+                  # Below the target, but not at the selected kappa / output rule:
+                  _cand(10, 6.0, "last-half", {"0.1": 0.1, "1": 0.1, "10": 0.1}),
+                  _cand(10, 3.0, "none", {"0.1": 0.1, "1": 0.1, "10": 0.1}),
+              ],
+              "fresh": {"0.1": _fresh(1.01, 0.05), "1": _fresh(0.8, 0.01),
+                        "10": _fresh(1.02, 0.01)}},
+          "dp-gd-step+avg": {"fresh": {"1": _fresh(0.9, 0.01), "10": _fresh(1.1, 0.01)}},
+          "auto": {"fresh": {"1": _fresh(0.85, 0.01, "precond-gd"),
+                             "10": _fresh(1.5, 0.01, "precond-gd")}},
+      },
+  }
+
+
+def test_acceptance_arithmetic(fr):
+  rows = {r["epsilon"]: r for r in fr.acceptance_rows([_payload()])}
+  good, bad, never = rows[1.0], rows[10.0], rows[0.1]
+  assert good["ratio"] == pytest.approx(0.8)
+  assert good["no_worse_1se"] and good["ratio_le_0_9"]
+  assert (good["dp_gd_steps"], good["precond_steps_to_match"]) == (800, 40)
+  assert good["speedup"] == pytest.approx(20.0) and good["speedup_ge_5"]
+  assert good["best_tuned"] == "precond-gd" and good["auto_ratio"] == pytest.approx(0.85 / 0.8)
+  assert good["auto_le_1_25"]
+  # 1.02 > 1.0 + sqrt(0.01^2 + 0.01^2): worse beyond 1 s.e.; m = 40 vs T* = 100 is 2.5x.
+  assert bad["ratio"] == pytest.approx(1.02)
+  assert not bad["no_worse_1se"] and not bad["ratio_le_0_9"]
+  assert bad["precond_steps_to_match"] == 40 and bad["speedup"] == pytest.approx(2.5)
+  assert not bad["speedup_ge_5"]
+  assert bad["best_tuned"] == "dp-gd" and bad["auto_ratio"] == pytest.approx(1.5)
+  assert not bad["auto_le_1_25"]
+  # 1.01 <= 1.0 + sqrt(2) 0.05: no worse within 1 s.e.; no grid m reaches 1.0.
+  assert never["no_worse_1se"] and not never["ratio_le_0_9"]
+  assert never["precond_steps_to_match"] is None and never["speedup"] is None
+  assert not never["speedup_ge_5"] and "auto_ratio" not in never
+  s = fr.acceptance_summary(list(rows.values()))
+  assert s == {"cells": 3, "no_worse_1se": 2, "no_worse_1se_all": False, "ratio_le_0_9": 1,
+               "ratio_le_0_9_at_least_half": False, "speedup_ge_5": 1, "speedup_never": 1,
+               "speedup_ge_5_all": False, "auto_cells": 2, "auto_le_1_25": 1,
+               "auto_le_1_25_all": False}
+  # Two wins of three cells meet "at least half".
+  p = _payload()
+  p["families"]["precond-gd"]["fresh"]["10"] = _fresh(0.85, 0.01)
+  s = fr.acceptance_summary(fr.acceptance_rows([p]))
+  assert s["ratio_le_0_9"] == 2 and s["ratio_le_0_9_at_least_half"]
+  assert s["no_worse_1se"] == 3 and s["no_worse_1se_all"]
+
+
+def test_acceptance_without_precond_or_auto(fr):
+  p = copy.deepcopy(_payload())
+  del p["families"]["precond-gd"], p["families"]["auto"]
+  rows = fr.acceptance_rows([p])
+  assert all("ratio" not in r and "auto_ratio" not in r for r in rows)
+  assert fr.acceptance_summary(rows)["cells"] == 0
+
+
+# ----------------------------------------------------------------------------
+# The tuning rules on fake curves.
+# ----------------------------------------------------------------------------
+
+
+def _fake(curves: dict[str, dict], calls: list):
+  def run(steps, which):
+    calls.append((steps, list(which)))
+    return {lv: {m: f(steps) for m, f in curves[lv].items()} | {"start": 2.0} for lv in which}
+  return run
+
+
+def test_tune_steps_early_stop_and_extensions(fr):
+  calls = []
+  curves = {"u": {"final": lambda t: (t - 8) ** 2 + 1.0},  # best at 8
+            "down": {"final": lambda t: 1.0 / t}}          # best always at the top
+  history, stopped = fr.tune_steps(_fake(curves, calls), ["u", "down"], (2, 4, 8, 16, 32),
+                                   metrics=("final",), early_stop=True)
+  assert stopped == {"u": 16} and "down" not in stopped
+  assert [t for t, which in calls if "u" in which] == [2, 4, 8, 16]
+  assert min(history["down"]["final"], key=history["down"]["final"].get) == 32
+  # Up: doubled while the best (by any metric) is the top, to max_steps; down:
+  # halved while the best is the bottom.
+  calls.clear()
+  curves = {"top": {"final": lambda t: 5.0 + 1.0 / t, "output": lambda t: 1.0 / t},
+            "bottom": {"final": lambda t: float(t), "output": lambda t: float(t)}}
+  history, _ = fr.tune_steps(_fake(curves, calls), ["top", "bottom"], (25, 50), metrics=(
+      "final", "output"), max_steps=200, extend_down=True)
+  assert calls[2:] == [(100, ["top"]), (200, ["top"]), (12, ["bottom"]), (6, ["bottom"]),
+                       (3, ["bottom"]), (1, ["bottom"])]
+  assert sorted(history["bottom"]["output"]) == [1, 3, 6, 12, 25, 50]
+  # A level whose best is still above the start (diverging) does not stop.
+  calls.clear()
+  curves = {"div": {"final": {2: 3.0, 4: 4.0, 8: 1.0, 16: 0.5}.get}}
+  _, stopped = fr.tune_steps(_fake(curves, calls), ["div"], (2, 4, 8, 16), metrics=("final",),
+                             early_stop=True)
+  assert stopped == {} and [t for t, _ in calls] == [2, 4, 8, 16]
+
+
+def test_family_grids(fr):
+  full = fr.FULL
+  gd = fr.family_curves("dp-gd", full)
+  assert len(gd) == 1 and gd[0][0].max_steps == 6400 and gd[0][1] == "final"
+  assert fr.family_curves("dp-gd+avg", full)[0][0] == gd[0][0]
+  step = fr.family_curves("dp-gd-step+avg", full)
+  assert {dict(c.options)["learning_rate"]: max(c.grid) for c, _ in step} == {
+      4.0: 3200, 16.0: 800, 64.0: 200}
+  pre = fr.family_curves("precond-gd", full)
+  outputs = {(dict(c.options)["kappa"], c.run_average if m == "output" else "none")
+             for c, m in pre}
+  assert len(pre) == 9 and len(outputs) == 9  # 3 kappa x {none, last-half, last-quarter}
+  newton = fr.family_curves("hess-clip", full)[0][0]
+  assert newton.early_stop and newton.grid == (2, 4, 8, 16, 32, 64)
+  assert fr.timing_key("precond-gd", 10, "none", {"kappa": 3.0}) == fr.timing_key(
+      "precond-gd", 10, "none", {"kappa": 6.0})
+  assert math.isclose(fr.FULL.curvature_frac, 0.03)
