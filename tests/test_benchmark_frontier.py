@@ -252,6 +252,12 @@ def test_acceptance_arithmetic(fr):
   s = fr.acceptance_summary(fr.acceptance_rows([p]))
   assert s["ratio_le_0_9"] == 2 and s["ratio_le_0_9_at_least_half"]
   assert s["no_worse_1se"] == 3 and s["no_worse_1se_all"]
+  # "Wherever it reaches it": the cell that never reaches dp-gd's loss does not
+  # count against the speed-up once every cell that does reach it is >= 5x.
+  assert not s["speedup_ge_5_all"]
+  p["families"]["dp-gd"]["selected"]["10"]["steps"] = 400  # 400 / 40 = 10x
+  s = fr.acceptance_summary(fr.acceptance_rows([p]))
+  assert s["speedup_never"] == 1 and s["speedup_ge_5"] == 2 and s["speedup_ge_5_all"]
 
 
 def test_acceptance_without_precond_or_auto(fr):
