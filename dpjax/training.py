@@ -420,7 +420,12 @@ def _auto_shape(data, steps, average, options) -> tuple[int, int]:
         f"from public quantities only; remove {given}, or name an algorithm from "
         f"{ALGORITHMS} to set them."
     )
-  ds = data_lib.validate_dataset(data)
+  # Only the shape is needed here; `_plan` then validates the data once, before
+  # any work (the rule is arithmetic on n and d).
+  if isinstance(data, tuple) and len(data) == 2 and np.ndim(data[0]) == 2 and len(data[0]):
+    n, d = np.shape(data[0])
+    return int(n), int(d)
+  ds = data_lib.validate_dataset(data)  # raises the data contract's error
   return int(ds.n), int(ds.d)
 
 
