@@ -98,6 +98,14 @@ def test_quick_outputs_and_schema(fr, quick_run):
   assert all(c["options"]["learning_rate"] * c["steps"] <= fr.QUICK.max_eta_steps
              for c in fams["dp-gd-step"]["candidates"])
   assert {c["average"] for c in fams["precond-gd"]["candidates"]} == {"none", "last-half"}
+  assert {c["options"]["learning_rate"] for c in fams["precond-gd"]["candidates"]} == {1.0, 2.0}
+  # The match of dp-gd's selection: the smallest-m candidate reaching it, re-run fresh.
+  for lv, mt in fams["precond-gd"]["match"].items():
+    assert mt["target"] == fams["dp-gd"]["selected"][lv]["mean"]
+    cand = fr.match_candidate(fams["precond-gd"], lv, mt["target"])
+    assert (cand["steps"], cand["options"], cand["average"]) == (mt["steps"], mt["options"],
+                                                                 mt["average"])
+    assert mt["fresh"]["seed"] == fr.REPORT_SEED and len(mt["fresh"]["excess_losses"]) == 3
   assert all(f["curvature_evaluations"] == 1 for f in fams["precond-gd"]["fresh"].values())
   assert all(f["curvature_evaluations"] == f["steps"] for f in fams["qu-clip"]["fresh"].values())
   combined = json.loads((quick_run / "privacy_utility_frontier.json").read_text())
@@ -188,7 +196,15 @@ def _fresh(mean: float, se: float, algorithm: str = "x") -> dict:
 
 def _cand(steps: int, kappa: float, average: str, means: dict[str, float]) -> dict:
   return {"steps": steps, "options": {"kappa": kappa, "curvature_frac": 0.03},
-          "average": average, "results": {lv: {"mean": m, "se": 0.0} for lv, m in means.items()}}
+          "average": average, "run_average": "last-half",
+          "results": {lv: {"mean": m, "se": 0.0} for lv, m in means.items()}}
+
+
+def _match(target_steps: int, steps: int, mean: float, se: float = 0.01) -> dict:
+  return {"target": 1.0, "target_steps": target_steps, "steps": steps,
+          "options": {"kappa": 3.0, "learning_rate": 1.0}, "average": "last-half",
+          "run_average": "last-half", "selection_mean": 0.95,
+          "fresh": {"mean": mean, "se": se, "seed": 1, "repeats": 20}}
 
 
 def _payload() -> dict:
@@ -208,10 +224,8 @@ def _payload() -> dict:
                   _cand(10, 3.0, "last-half", {"0.1": 1.3, "1": 1.5, "10": 1.2}),
                   _cand(40, 3.0, "last-half", {"0.1": 1.2, "1": 0.95, "10": 0.99}),
                   _cand(160, 3.0, "last-half", {"0.1": 1.1, "1": 0.8}),
-                  # Below the target, but not at the selected kappa / output rule:
-                  _cand(10, 6.0, "last-half", {"0.1": 0.1, "1": 0.1, "10": 0.1}),
-                  _cand(10, 3.0, "none", {"0.1": 0.1, "1": 0.1, "10": 0.1}),
               ],
+              "match": {"1": _match(800, 40, 0.97), "10": _match(100, 40, 0.99)},
               "fresh": {"0.1": _fresh(1.01, 0.05), "1": _fresh(0.8, 0.01),
                         "10": _fresh(1.02, 0.01)}},
           "dp-gd-step+avg": {"fresh": {"1": _fresh(0.9, 0.01), "10": _fresh(1.1, 0.01)}},
@@ -244,6 +258,7 @@ def test_acceptance_arithmetic(fr):
   s = fr.acceptance_summary(list(rows.values()))
   assert s == {"cells": 3, "no_worse_1se": 2, "no_worse_1se_all": False, "ratio_le_0_9": 1,
                "ratio_le_0_9_at_least_half": False, "speedup_ge_5": 1, "speedup_never": 1,
+               "match_unconfirmed": 0,
                "speedup_ge_5_all": False, "auto_cells": 2, "auto_le_1_25": 1,
                "auto_le_1_25_all": False}
   # Two wins of three cells meet "at least half".
@@ -256,8 +271,35 @@ def test_acceptance_arithmetic(fr):
   # count against the speed-up once every cell that does reach it is >= 5x.
   assert not s["speedup_ge_5_all"]
   p["families"]["dp-gd"]["selected"]["10"]["steps"] = 400  # 400 / 40 = 10x
+  p["families"]["precond-gd"]["match"]["10"]["target_steps"] = 400
   s = fr.acceptance_summary(fr.acceptance_rows([p]))
   assert s["speedup_never"] == 1 and s["speedup_ge_5"] == 2 and s["speedup_ge_5_all"]
+  assert s["match_unconfirmed"] == 0
+  # A match that does not hold on the fresh repeats (1.05 > 1.0 + sqrt(2) 0.01) fails.
+  p["families"]["precond-gd"]["match"]["10"]["fresh"]["mean"] = 1.05
+  rows10 = {r["epsilon"]: r for r in fr.acceptance_rows([p])}[10.0]
+  assert rows10["match_confirmed"] is False and not rows10["speedup_ge_5"]
+  s = fr.acceptance_summary(fr.acceptance_rows([p]))
+  assert s["match_unconfirmed"] == 1 and not s["speedup_ge_5_all"]
+  # A match made against another dp-gd selection is stale: as if never run.
+  p["families"]["dp-gd"]["selected"]["10"]["steps"] = 800
+  rows10 = {r["epsilon"]: r for r in fr.acceptance_rows([p])}[10.0]
+  assert rows10["precond_steps_to_match"] is None and rows10["match_confirmed"] is None
+
+
+def test_match_candidate_any_configuration(fr):
+  """The smallest m over every kappa / eta / output whose selection mean reaches the target."""
+  rec = {"candidates": [
+      _cand(40, 3.0, "last-half", {"1": 0.9}),
+      _cand(20, 6.0, "none", {"1": 0.99}),
+      _cand(20, 1.5, "last-half", {"1": 0.97}),
+      _cand(10, 1.5, "last-half", {"1": 1.01}),
+      _cand(5, 1.5, "last-half", {"0.1": 0.5}),
+  ]}
+  c = fr.match_candidate(rec, "1", 1.0)
+  assert (c["steps"], c["options"]["kappa"], c["average"]) == (20, 1.5, "last-half")
+  assert fr.match_candidate(rec, "1", 0.5) is None
+  assert fr.match_candidate(rec, "10", 1.0) is None
 
 
 def test_acceptance_without_precond_or_auto(fr):
@@ -316,9 +358,12 @@ def test_family_grids(fr):
   assert {dict(c.options)["learning_rate"]: max(c.grid) for c, _ in step} == {
       4.0: 3200, 16.0: 800, 64.0: 200}
   pre = fr.family_curves("precond-gd", full)
-  outputs = {(dict(c.options)["kappa"], c.run_average if m == "output" else "none")
-             for c, m in pre}
-  assert len(pre) == 9 and len(outputs) == 9  # 3 kappa x {none, last-half, last-quarter}
+  outputs = {(dict(c.options)["kappa"], dict(c.options)["learning_rate"],
+              c.run_average if m == "output" else "none") for c, m in pre}
+  # eta = 1: 3 kappa x {none, last-half, last-quarter}; eta = 2, 4: 3 kappa x {none, last-half}.
+  assert len(pre) == 21 and len(outputs) == 21
+  assert {lr for _, lr, avg in outputs if avg == "last-quarter"} == {1.0}
+  assert all(c.grid == (5, 10, 20, 40, 80, 160, 320, 640) for c, _ in pre)
   newton = fr.family_curves("hess-clip", full)[0][0]
   assert newton.early_stop and newton.grid == (2, 4, 8, 16, 32, 64)
   assert fr.timing_key("precond-gd", 10, "none", {"kappa": 3.0}) == fr.timing_key(
