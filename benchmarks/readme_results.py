@@ -6,7 +6,7 @@ Usage::
   python benchmarks/readme_results.py --check   # exit 1 if README.md is out of date
 
 It reads ``benchmarks/results/privacy_utility_frontier.json`` (the headline:
-``privacy_utility.py --frontier``), ``privacy_utility.json``, ``speed.json``
+``privacy_utility.py --frontier``) with ``auto_fit.json`` (``auto_fit.py``), ``privacy_utility.json``, ``speed.json``
 and ``convergence.json`` (written by the full runs of the benchmarks) and
 replaces everything between ``<!-- results:begin -->`` and
 ``<!-- results:end -->`` in ``README.md``. Every number and every
@@ -33,6 +33,7 @@ BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 COMMANDS = """```bash
 pip install -e ".[dev]"
 python benchmarks/privacy_utility.py --frontier   # the headline: tuned families, fresh repeats, 7 datasets
+python benchmarks/auto_fit.py             # refits auto's step rule from the frontier's selection runs (seconds)
 python benchmarks/privacy_utility.py      # Table 1 / Fig. 2 analogue, 6 datasets (about 55 minutes on 2 cores)
 python benchmarks/speed.py                # per-iteration cost vs Gram/matvec, scaling, repeats, memory
 python benchmarks/convergence.py          # Fig. 1 / Fig. 3 analogue: excess loss vs wall-clock time
@@ -59,7 +60,36 @@ def _range(values: list[float]) -> str:
   return f"{min(values):.2f}–{max(values):.2f}" if values else "n/a"
 
 
-def frontier_section(fr: dict) -> list[str]:
+def auto_fit_lines(af: dict) -> list[str]:
+  """What ``auto_fit.py`` found: whether any public step rule meets the target in every cell."""
+  best = af["best"][0] if af.get("best") else None
+  cur = af["current"]
+  lead = "Why not every cell" if af["rules_meeting_target"] == 0 else "The rule search"
+  lines = [
+      f"- {lead}: [`auto_fit.py`](benchmarks/results/auto_fit.md) scored "
+      f"{af['rules_scored']:,} step rules m = 10·2^round(a + b·log10(n√ρ) + c·log10 d) (every κ and η "
+      f"of the frontier grid) on the frontier's selection runs; **{af['rules_meeting_target']}** "
+      f"keep every cell within {af['target']:g}× of the best tuned method"
+      + (f" (best worst cell {best['worst']:.2f}; the shipped rule's "
+         f"{cur['worst']:.2f})." if best is not None and cur.get("worst") is not None else ".")]
+  pairs = [p for ps in af["conflicts"].values() for p in ps]
+  if pairs:
+    seen, text = set(), []
+    for p in pairs:
+      key = tuple(p["cells"])
+      if key in seen:
+        continue
+      seen.add(key)
+      text.append(f"{p['cells'][0]} and {p['cells'][1]} (n√ρ {p['snr'][0]:.0f} / {p['snr'][1]:.0f}, "
+                   f"d {p['d'][0]} / {p['d'][1]}) need m in disjoint ranges, so c must be "
+                   f"{p['c_sign_needed']}")
+    lines.append("  Cells with the same n√ρ want different m in both directions of d: "
+                 + "; ".join(text) + ". The number of steps depends on the data (how far w* is), "
+                 "which a public rule cannot see.")
+  return lines
+
+
+def frontier_section(fr: dict, af: dict | None = None) -> list[str]:
   """The headline: what we recommend, by how much it wins, and where it does not."""
   rows = fr["acceptance"]["rows"]
   summ = fr["acceptance"]["summary"]
@@ -102,6 +132,7 @@ def frontier_section(fr: dict) -> list[str]:
       f"- `auto` (no tuning, public quantities only) ÷ the best tuned method of the cell: "
       f"{_range([r['auto_ratio'] for r in auto])}; ≤ 1.25 in **{summ['auto_le_1_25']} of "
       f"{summ['auto_cells']}** cells.",
+      *(auto_fit_lines(af) if af is not None else []),
       "",
       "| dataset | ε | precond-gd ÷ DP-GD | ÷ strongest first-order | m vs DP-GD T* | "
       "auto ÷ best tuned (auto's choice) |",
@@ -228,7 +259,7 @@ def section() -> str:
   fr = _load("privacy_utility_frontier")
   pu, sp, cv = _load("privacy_utility"), _load("speed"), _load("convergence")
   if fr is not None:
-    lines += frontier_section(fr)
+    lines += frontier_section(fr, _load("auto_fit"))
   if pu is not None:
     lines += privacy_utility_section(pu)
   if sp is not None:

@@ -12,28 +12,41 @@ Modules (imports only point down):
   (:func:`dp_gd`, :func:`dp_precond_gd`, :func:`dp_newton`, and
   :func:`tail_average` for any of them);
 * :mod:`dpjax.training`: :func:`fit`, a whole private run compiled into one
-  ``lax.scan``, vmapped over repeats.
+  ``lax.scan``, vmapped over repeats;
+* :mod:`dpjax.minibatch`: per-example clipped sums (and gradient differences)
+  over a minibatch, fused for GLMs;
+* :mod:`dpjax.online`: online learners on a ball (OGD, optimistic OGD, the
+  strongly convex learner, KT coin betting) as optax transforms;
+* :mod:`dpjax.tree_aggregation`: binary-tree noise for private prefix sums
+  (buffered, regenerate and Honaker modes) and the :func:`tree_prefix_sum`
+  transform.
 """
 
 from dpjax import accounting
 from dpjax import data
 from dpjax import glm
+from dpjax import minibatch
+from dpjax import online
 from dpjax import per_example
 from dpjax import solve
 from dpjax import spectral
 from dpjax import training
 from dpjax import transforms
+from dpjax import tree_aggregation
 from dpjax.accounting import AccountantState, epsilon_to_zcdp, zcdp_to_epsilon
 from dpjax.data import Dataset, load_libsvm, synthetic
 from dpjax.training import FitResult, fit
+from dpjax.tree_aggregation import TreeAggregationState, tree_prefix_sum
 from dpjax.transforms import (
     DPGDState,
     DPNewtonState,
     DPPrecondGDState,
+    OnlineToBatchState,
     averaged_params,
     dp_gd,
     dp_newton,
     dp_precond_gd,
+    online_to_batch,
     tail_average,
 )
 
@@ -46,6 +59,8 @@ __all__ = [
     "DPPrecondGDState",
     "Dataset",
     "FitResult",
+    "OnlineToBatchState",
+    "TreeAggregationState",
     "accounting",
     "averaged_params",
     "data",
@@ -56,6 +71,9 @@ __all__ = [
     "fit",
     "glm",
     "load_libsvm",
+    "minibatch",
+    "online",
+    "online_to_batch",
     "per_example",
     "solve",
     "spectral",
@@ -63,5 +81,7 @@ __all__ = [
     "tail_average",
     "training",
     "transforms",
+    "tree_aggregation",
+    "tree_prefix_sum",
     "zcdp_to_epsilon",
 ]

@@ -31,6 +31,13 @@ The rule (issue 5; ``research-preconditioning.md`` section 6):
 Both step rules grow with the signal-to-noise ratio ``s = n sqrt(rho)``, the
 inverse of the gradient-noise scale ``sqrt(T) / (n sqrt(2 rho))`` per
 step up to constants.
+
+Limits: the best number of steps also depends on the data (how far the
+optimum is from the start), which the rule cannot see. ``python
+benchmarks/auto_fit.py`` re-scores every rule of this form on the selection
+runs of the frontier benchmark and lists the cells that pull it in opposite
+directions (w8a and ijcnn1 at eps = 1: same ``n sqrt(rho)``, m = 640 against
+<= 320); the README's Results section gives the cells the rule misses.
 """
 
 from __future__ import annotations

@@ -10,6 +10,12 @@
   (``spec-newton.md`` 4.2, 4.3); its privacy arithmetic lives in the pure
   functions :func:`newton_budget`, :func:`direction_sensitivity` and
   :func:`adaptive_min_eigenvalue`;
+* :func:`online_to_batch`: the DP online-to-batch conversion of Zhang, Tran
+  and Cutkosky (NeurIPS 2022) around any online learner, with tree noise
+  (``spec-online-to-batch.md`` section 1);
+* :func:`dp_ftrl` and :func:`single_pass_dp_sgd`: the single-pass baselines
+  the conversion is compared with (tree-noised FTRL; DP-SGD with each example
+  used once);
 * :func:`tail_average`: averages the last iterates of any of them (free
   post-processing); read the result with :func:`averaged_params`.
 """
@@ -20,6 +26,7 @@ from dpjax.transforms.averaging import (
     averaged_params,
     tail_average,
 )
+from dpjax.transforms.dp_ftrl import DPFTRLState, dp_ftrl
 from dpjax.transforms.dp_gd import DPGDState, dp_gd
 from dpjax.transforms.dp_newton import (
     DPNewtonState,
@@ -29,6 +36,12 @@ from dpjax.transforms.dp_newton import (
     dp_newton,
     newton_budget,
 )
+from dpjax.transforms.online_to_batch import (
+    OnlineToBatchState,
+    difference_clip_bound,
+    online_to_batch,
+)
+from dpjax.transforms.single_pass_dp_sgd import SinglePassDPSGDState, single_pass_dp_sgd
 from dpjax.transforms.dp_precond_gd import (
     DPPrecondGDState,
     PrecondBudget,
@@ -39,20 +52,27 @@ from dpjax.transforms.dp_precond_gd import (
 
 __all__ = [
     "AVERAGES",
+    "DPFTRLState",
     "DPGDState",
     "DPNewtonState",
     "DPPrecondGDState",
     "NewtonBudget",
+    "OnlineToBatchState",
     "PrecondBudget",
+    "SinglePassDPSGDState",
     "TailAverageState",
     "adaptive_min_eigenvalue",
     "averaged_params",
     "clipped_inverse",
+    "difference_clip_bound",
     "direction_sensitivity",
+    "dp_ftrl",
     "dp_gd",
     "dp_newton",
     "dp_precond_gd",
     "newton_budget",
+    "online_to_batch",
     "precond_budget",
+    "single_pass_dp_sgd",
     "tail_average",
 ]

@@ -47,7 +47,7 @@ from dpjax import _validate
 from dpjax import accounting
 from dpjax import glm
 from dpjax import spectral
-from dpjax.transforms import _common
+from dpjax import _common
 
 __all__ = [
     "DPNewtonState",

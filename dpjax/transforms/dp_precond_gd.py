@@ -54,7 +54,7 @@ import optax
 
 from dpjax import _validate
 from dpjax import accounting
-from dpjax.transforms import _common
+from dpjax import _common
 
 __all__ = [
     "DPPrecondGDState",

@@ -1,4 +1,4 @@
-"""Helpers shared by the dpjax transforms: budget arguments, keys, the step gate.
+"""Helpers shared by the dpjax transforms and mechanisms: budget arguments, keys, the step gate.
 
 Every transform takes its privacy budget either as a total ``rho`` with a step
 count ``steps`` or as ``rho_per_step``; refuses to run past ``steps``; and
@@ -137,3 +137,8 @@ def gate(count: jax.Array, steps: int | None, name: str) -> jax.Array:
 def select(ok: jax.Array, new: Any, old: Any) -> Any:
   """``new`` where ``ok`` else ``old``, leaf by leaf (exact: a select, no arithmetic)."""
   return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
+
+
+def float_dtype(params: Any) -> Any:
+  """The float dtype of a transform's scalar state (sums, wealth, weights): the params'."""
+  return jnp.result_type(*[jnp.asarray(leaf).dtype for leaf in jax.tree.leaves(params)])

@@ -1,0 +1,135 @@
+"""Per-example clipped sums over a minibatch: the privatized input of the streaming methods.
+
+One step of DP online-to-batch, DP-FTRL or single-pass DP-SGD needs
+
+``sum_{z in batch} clip(grad l(x, z) - a grad l(x', z), bound)``
+
+(``a = 0``: plain per-example clipped gradients; ``a > 0``: the gradient
+differences of online-to-batch, on the **same** example at both points,
+``spec-online-to-batch.md`` pitfall P3). Clipping scales an example's vector
+by ``min(1, bound / ||v||)``, so adding or removing one example moves the sum
+by at most ``bound`` in L2: the sensitivity the caller's noise is calibrated
+to. Nothing is released here; the callers add the noise.
+
+Two paths:
+
+* :func:`clipped_sum` with ``loss=`` ``"logistic"`` or ``"least_squares"``
+  and ``batch = (x [b, d], y [b])``: the fused GLM path. ``grad l(w; x, y) =
+  c(<w, x>, y) x``, so the difference is ``e(z) x`` with a scalar ``e``, its
+  norm ``|e| ||x||``, and the sum one ``e @ x``: one pass for both margins
+  (``x @ [w, w']``), never a ``[b, d]`` gradient tensor.
+* ``loss_fn=f(params, example)``: any differentiable per-example loss, any
+  params pytree, ``vmap`` of ``grad`` (``[b, *params]`` per point).
+
+Examples:
+  >>> import jax.numpy as jnp
+  >>> from dpjax import minibatch
+  >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]]); y = jnp.array([1.0, -1.0])
+  >>> minibatch.clipped_sum(jnp.zeros(2), (x, y), bound=0.1, loss="logistic").tolist()
+  [-0.10000000149011612, 0.10000000149011612]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from dpjax import _validate
+
+__all__ = ["GLM_LOSSES", "batch_size_of", "check_batch", "check_loss", "check_projection",
+           "clipped_sum"]
+
+GLM_LOSSES = ("logistic", "least_squares")
+
+
+def _glm_coefficient(loss: str) -> Callable[[jax.Array, jax.Array], jax.Array]:
+  """``c(margin, y)`` with ``grad l(w; x, y) = c(<w, x>, y) x``."""
+  if loss == "logistic":
+    return lambda m, y: -y * jax.nn.sigmoid(-y * m)  # d/dm log(1 + exp(-y m))
+  return lambda m, y: m - y  # least squares: (m - y)^2 / 2
+
+
+def check_loss(loss: str | None, loss_fn: Any) -> tuple[str | None, Any]:
+  """Exactly one of ``loss`` (a GLM name) or ``loss_fn`` (a callable); validated."""
+  if (loss is None) == (loss_fn is None):
+    raise ValueError(f"pass exactly one of loss (one of {GLM_LOSSES}) or loss_fn.")
+  if loss is not None:
+    return _validate.choice(loss, "loss", GLM_LOSSES), None
+  if not callable(loss_fn):
+    raise TypeError("loss_fn must be a callable f(params, example) -> scalar.")
+  return None, loss_fn
+
+
+def batch_size_of(batch: Any, glm: bool) -> int:
+  """The number of examples in ``batch`` (``(x, y)`` for the GLM path)."""
+  if glm:
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+      raise ValueError("with loss=..., batch must be (x [b, d], y [b]).")
+    return int(jnp.shape(batch[0])[0])
+  return int(jnp.shape(jax.tree.leaves(batch)[0])[0])
+
+
+def check_projection(projection: Any) -> Any:
+  """``None`` or a callable params -> params."""
+  if projection is not None and not callable(projection):
+    raise TypeError("projection must be a callable params -> params.")
+  return projection
+
+
+def check_batch(batch: Any, *, glm: bool, batch_size: int, name: str) -> None:
+  """A step's batch is given, shaped for its path, and holds the public ``batch_size``."""
+  if batch is None:
+    raise ValueError(f"{name}.update needs batch= (this step's fresh examples).")
+  b = batch_size_of(batch, glm)
+  if b != batch_size:
+    raise ValueError(f"batch has {b} examples, but {name} was built for batch_size={batch_size} "
+                     "(the public b its sums are divided by).")
+
+
+def _scales(norms: jax.Array, bound: jax.Array) -> jax.Array:
+  return jnp.minimum(1.0, bound / jnp.where(norms > 0, norms, 1.0))
+
+
+def clipped_sum(params: Any, batch: Any, *, bound: Any, loss: str | None = None,
+                loss_fn: Callable[[Any, Any], jax.Array] | None = None,
+                prev_params: Any = None, a: Any = 0.0) -> Any:
+  """``sum_z clip(grad l(params, z) - a grad l(prev_params, z), bound)``.
+
+  Args:
+    params: the point ``x`` (a vector for the GLM path).
+    batch: ``(x, y)`` (GLM path) or a pytree with a leading batch axis.
+    bound: the clip norm (> 0; may be traced).
+    loss: ``"logistic"`` or ``"least_squares"``; or
+    loss_fn: a per-example loss ``f(params, example) -> scalar``.
+    prev_params: the second point ``x'`` (default: none; then only the
+      gradient at ``params``, and ``a`` is unused).
+    a: the weight of the second gradient (a scalar, may be traced). Where it
+      is exactly 0 the gradient at ``x'`` is masked out (``where``), so a NaN
+      there cannot leak into the sum (pitfall P2).
+
+  Returns:
+    The clipped sum, shaped like ``params``.
+  """
+  loss, loss_fn = check_loss(loss, loss_fn)
+  a = jnp.asarray(a)
+  if loss is not None:
+    xs, ys = batch
+    coef = _glm_coefficient(loss)
+    if prev_params is None:
+      e = coef(xs @ params, ys)
+    else:
+      m = xs @ jnp.stack([params, prev_params], axis=1)  # one pass: both margins.
+      e = coef(m[:, 0], ys) - jnp.where(a == 0, 0.0, a * coef(m[:, 1], ys))
+    s = _scales(jnp.abs(e) * jnp.linalg.norm(xs, axis=1), bound)
+    return (e * s) @ xs
+  grad = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))
+  v = grad(params, batch)
+  if prev_params is not None:
+    g_prev = grad(prev_params, batch)
+    v = jax.tree.map(lambda g, p: g - jnp.where(a == 0, 0.0, a * p), v, g_prev)
+  norms = jnp.sqrt(sum(jnp.sum(jnp.square(leaf.reshape(leaf.shape[0], -1)), axis=1)
+                       for leaf in jax.tree.leaves(v)))
+  s = _scales(norms, bound)
+  return jax.tree.map(lambda leaf: jnp.tensordot(s.astype(leaf.dtype), leaf, axes=1), v)

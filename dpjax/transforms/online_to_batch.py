@@ -1,0 +1,237 @@
+"""DP online-to-batch (Zhang, Tran & Cutkosky 2022; ``spec-online-to-batch.md`` section 1).
+
+Any online learner on a bounded domain becomes a private stochastic optimizer.
+Step ``t`` (1-based, one fresh batch ``z_t`` per step, single pass):
+
+1. the learner plays ``w_t``; the averaged iterate is ``x_t = x_{t-1} +
+   (beta_t / beta_{1:t}) (w_t - x_{t-1})``, the ``beta``-weighted mean of
+   ``w_1..w_t``, with ``beta_t = t^k`` and ``beta_0 = 0`` (spec 1.1);
+2. each example's difference vector ``v_t(z) = beta_t grad l(x_t, z) -
+   beta_{t-1} grad l(x_{t-1}, z)`` is computed on the **same** example at both
+   points (pitfall P3) and clipped to ``C_0 t^(k-1)`` (pitfall P5: clipping the
+   difference, not each gradient); their sum is ``delta_t``;
+3. ``g_t = g_{t-1} + delta_t`` (never released) gets binary-tree noise,
+   ``ghat_t = g_t + gamma_t`` (:mod:`dpjax.tree_aggregation`);
+4. the learner sees only ``ghat_t``, as the linear loss ``beta_t <u_t, w>``
+   with ``u_t = ghat_t / (beta_t b)`` (``b`` the public batch size), and
+   plays ``w_{t+1}``;
+5. the training parameters become ``x_t`` (the output is the last ``x_T``,
+   not ``w_T``).
+
+Numerics (spec 1.2 [derived], pitfalls P2, P9): the state keeps the
+normalized sum ``m_t = g_t / beta_t``, updated as ``m_t = a_t m_{t-1} + sum_z
+clip(grad l(x_t, z) - a_t grad l(x_{t-1}, z))`` with ``a_t = beta_{t-1} /
+beta_t = ((t-1)/t)^k`` and the clip bound ``C_0 t^(k-1) / beta_t = C_0 / t``:
+no ``t^k``-sized differences cancel in float32. At ``t = 1``, ``a_1 = 0``
+and the gradient at ``x_0`` is masked out (never multiplied by ``0^0 = 1``).
+
+Privacy (spec 1.4-1.5 [derived]). Neighbours add or remove one example; it
+enters one step's ``delta_s`` only (single pass), by at most the clip bound
+``Delta_s = C_0 s^(k-1)`` in L2, whatever the iterates (they are
+post-processing of earlier releases: adaptive composition). The tree charges
+``depth / (2 c^2)`` zCDP for the released sums, ``c`` the node noise
+multiplier; the learner, ``x_t`` and the output are post-processing. The
+accountant in the state is charged as the tree opens levels (at ``t = 1, 2, 4,
+...``). Per-node noise follows the largest sensitivity in the node, so any
+``k`` (or a given ``sensitivity`` schedule) is private; the default clip
+``C_0 = k G + (k + 1) D H`` leaves examples untouched for a ``G``-Lipschitz,
+``H``-smooth loss on a domain of diameter ``D`` (spec 1.4).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from dpjax import _common
+from dpjax import _validate
+from dpjax import accounting
+from dpjax import minibatch
+from dpjax import online
+from dpjax import tree_aggregation as ta
+
+__all__ = ["OnlineToBatchState", "difference_clip_bound", "online_to_batch"]
+
+
+class OnlineToBatchState(NamedTuple):
+  """State of :func:`online_to_batch`. ``optax.tree.get(state, "rho")`` reads the accountant."""
+
+  count: jax.Array  # shape=(), int32: steps taken, t.
+  beta_sum: jax.Array  # shape=(): beta_{1:t} (float; t^k overflows int32, P9).
+  average: Any  # x_t, like the params: the training parameters.
+  play: Any  # w_{t+1}, like the params: the learner's next play.
+  momentum: Any  # m_t = g_t / beta_t, like the params (exact; never released).
+  learner: Any  # the learner's state.
+  tree: ta.TreeState  # the tree noise.
+  accountant: accounting.AccountantState  # rho-zCDP charged by the tree.
+
+
+def difference_clip_bound(k: float, lipschitz: float, smoothness: float, diameter: float) -> float:
+  """``C_k = k G + (k + 1) D H`` (spec 1.4): ``||v_t(z)|| <= C_k t^(k-1)`` for ``k >= 1``.
+
+  Examples:
+    >>> from dpjax.transforms.online_to_batch import difference_clip_bound
+    >>> difference_clip_bound(1.0, 1.0, 0.25, 2.0)  # logistic, ||x|| <= 1, a ball of radius 1
+    2.0
+  """
+  k = _validate.positive_float(k, "k")
+  if k < 1:
+    raise ValueError(f"k={k:g}: the bound C_k holds for k >= 1 only; pass clip_norm.")
+  return (k * _validate.positive_float(lipschitz, "lipschitz")
+          + (k + 1) * _validate.positive_float(smoothness, "smoothness")
+          * _validate.positive_float(diameter, "diameter"))
+
+
+def online_to_batch(
+    learner: optax.GradientTransformation,
+    *,
+    batch_size: int,
+    steps: int | None = None,
+    num_levels: int | None = None,
+    rho: float | jax.Array | None = None,
+    noise_multiplier: float | jax.Array | None = None,
+    k: float = 1.0,
+    clip_norm: float | None = None,
+    sensitivity: Callable[[jax.Array], jax.Array] | None = None,
+    loss: str | None = None,
+    loss_fn: Callable[[Any, Any], jax.Array] | None = None,
+    projection: Callable[[Any], Any] | None = None,
+    key: int | jax.Array,
+    mode: str = "buffered",
+    disable_noise_for_testing: bool = False,
+) -> optax.GradientTransformationExtraArgs:
+  """The DP online-to-batch conversion around ``learner`` (spec 1.2; module docstring).
+
+  ``update(None, state, params, *, batch)`` runs step ``t = state.count + 1``
+  on ``batch`` (``b = batch_size`` fresh examples, each used once) and
+  returns ``x_t - params``, so that the params become ``x_t``. ``batch`` is
+  ``(x [b, d], y [b])`` with ``loss`` (a fused GLM path: two margins per
+  example, never a ``[b, d]`` gradient tensor), or any pytree with a leading
+  batch axis with ``loss_fn(params, example)`` (``vmap`` of ``grad``).
+
+  A :mod:`dpjax.online` learner (which projects onto its ball) gets
+  ``update(u_t, learner_state, w_t, beta=beta_t, x=x_t)``; any other optax
+  transform gets ``update(u_t, learner_state, w_t)`` and its play is mapped
+  through ``projection``, which it then requires.
+
+  Args:
+    learner: the online learner, an optax transform.
+    batch_size: ``b``, the public number of examples per step (> 0).
+    steps: the horizon ``T``; or ``num_levels`` (capacity ``2^L - 1``).
+    rho: zCDP budget of a full tree; or ``noise_multiplier`` ``c``.
+    k: the weight exponent, ``beta_t = t^k``.
+    clip_norm: ``C_0``: each example's ``v_t(z)`` is clipped to ``C_0
+      t^(k-1)`` (use :func:`difference_clip_bound` for a loss with known bounds).
+    sensitivity: instead of ``C_0``, an explicit per-step schedule ``t ->
+      Delta_t`` (int32 array in, array out): the clip bound and the node
+      noise follow it. Needed for ``k < 1``.
+    loss: ``"logistic"`` or ``"least_squares"`` (fused GLM path); or
+    loss_fn: a per-example loss ``f(params, example) -> scalar``.
+    projection: for a learner without its own projection, the map onto the
+      domain applied to its plays.
+    key: int seed or typed PRNG key (the tree's).
+    mode: the tree mode, one of ``dpjax.tree_aggregation.MODES``.
+    disable_noise_for_testing: no noise (NOT private); still charged.
+
+  Raises:
+    ValueError, TypeError: eagerly, for bad arguments (see the messages).
+  """
+  if not isinstance(learner, optax.GradientTransformation):
+    raise TypeError(f"learner must be an optax GradientTransformation, got "
+                    f"{type(learner).__name__}.")
+  extra_args = online.is_projected(learner)
+  if not extra_args and projection is None:
+    raise ValueError(
+        "learner has no projection of its own: pass projection= (e.g. lambda w: "
+        "dpjax.online.project_ball(w, center, radius)) or use a dpjax.online learner; the "
+        "conversion's guarantees need the plays in a bounded domain.")
+  projection = minibatch.check_projection(projection)
+  batch_size = _validate.positive_int(batch_size, "batch_size")
+  if (steps is None) == (num_levels is None):
+    raise ValueError("pass exactly one of steps (the horizon T) or num_levels (capacity 2^L - 1).")
+  levels = ta.num_levels_for(steps) if steps is not None else int(num_levels)
+  ta.capacity(levels)  # validates
+  if (rho is None) == (noise_multiplier is None):
+    raise ValueError("pass exactly one of rho (the budget of a full tree) or noise_multiplier.")
+  if rho is not None:
+    rho = _common.budget_value(rho, "rho")
+    c = (ta.noise_multiplier_for(rho, levels) if _validate.is_concrete(rho)
+         else jnp.sqrt(levels / (2.0 * rho)))
+  else:
+    c = (_validate.positive_float(noise_multiplier, "noise_multiplier")
+         if _validate.is_concrete(noise_multiplier) else noise_multiplier)
+  k = _validate.nonnegative_float(k, "k")
+  if sensitivity is None:
+    if k < 1:
+      raise ValueError(
+          f"k={k:g} < 1: the per-step sensitivity C_0 t^(k-1) then decreases and the "
+          "smoothness bound behind it does not hold; pass sensitivity= (an explicit schedule "
+          "t -> Delta_t) or use k >= 1.")
+    if clip_norm is None:
+      raise ValueError("pass clip_norm= (C_0; see online_to_batch.difference_clip_bound) or sensitivity=.")
+    clip_norm = _validate.positive_float(clip_norm, "clip_norm")
+    sensitivity = lambda t: clip_norm * jnp.power(t.astype(float), k - 1.0)  # noqa: E731
+  elif clip_norm is not None:
+    raise ValueError("pass clip_norm or sensitivity, not both.")
+  elif not callable(sensitivity):
+    raise TypeError("sensitivity must be a callable t -> Delta_t.")
+  loss, loss_fn = minibatch.check_loss(loss, loss_fn)
+  mode = _validate.choice(mode, "mode", ta.MODES)
+  key = _common.canonical_key(key)
+  no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  rho_level = 1.0 / (2.0 * c * c)
+
+  def leaf_std(t):
+    return (0.0 if no_noise else c) * jnp.asarray(sensitivity(t))
+
+  def init_fn(params):
+    return OnlineToBatchState(
+        count=jnp.zeros((), jnp.int32),
+        beta_sum=jnp.zeros((), _common.float_dtype(params)),
+        average=params, play=params,
+        momentum=jax.tree.map(jnp.zeros_like, params), learner=learner.init(params),
+        tree=ta.tree_init(params, num_levels=levels, key=key, mode=mode),
+        accountant=accounting.init_accountant())
+
+  def update_fn(updates, state, params=None, *, batch=None, **extra):
+    del updates, extra
+    if not isinstance(state, OnlineToBatchState):
+      raise TypeError(f"state must be an OnlineToBatchState from init(), got "
+                      f"{type(state).__name__}.")
+    minibatch.check_batch(batch, glm=loss is not None, batch_size=batch_size,
+                          name="online_to_batch")
+    t = state.count + 1
+    dtype = state.beta_sum.dtype
+    tf = t.astype(dtype)
+    first = t == 1
+    beta = jnp.power(tf, k)
+    a_t = jnp.where(first, 0.0, jnp.exp(k * jnp.log1p(-1.0 / tf)))  # ((t-1)/t)^k, 0 at t = 1
+    beta_sum = state.beta_sum + beta
+    w_t = state.play
+    x_prev = state.average
+    x_t = jax.tree.map(lambda xp, w: xp + (beta / beta_sum).astype(w.dtype) * (w - xp), x_prev, w_t)
+    bound = jnp.asarray(sensitivity(t), dtype) / beta  # the clip bound, normalized: C_0 / t.
+    s = minibatch.clipped_sum(x_t, batch, bound=bound, loss=loss, loss_fn=loss_fn,
+                              prev_params=x_prev, a=a_t)  # a_1 = 0 masks the gradient at x_0.
+    momentum = jax.tree.map(lambda m, d: a_t.astype(m.dtype) * m + d, state.momentum, s)
+    gamma, tree = ta.tree_step(state.tree, noise_std=leaf_std, mode=mode)
+    released = jax.tree.map(lambda m, g: (m + g / beta.astype(g.dtype)) / batch_size,
+                            momentum, gamma)  # u_t = ghat_t / (beta_t b)
+    if extra_args:
+      step, learner_state = learner.update(released, state.learner, w_t, beta=beta, x=x_t)
+    else:
+      step, learner_state = learner.update(released, state.learner, w_t)
+    play = optax.apply_updates(w_t, step)
+    if projection is not None:
+      play = projection(play)
+    accountant = ta.charge_levels(state.accountant, state.tree.step, tree.step, rho_level)
+    out = jax.tree.map(lambda new, old: new - old, x_t, state.average if params is None else params)
+    return out, OnlineToBatchState(
+        count=t.astype(jnp.int32), beta_sum=beta_sum, average=x_t, play=play,
+        momentum=momentum, learner=learner_state, tree=tree, accountant=accountant)
+
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
