@@ -7,9 +7,10 @@ One step of DP online-to-batch, DP-FTRL or single-pass DP-SGD needs
 (``a = 0``: plain per-example clipped gradients; ``a > 0``: the gradient
 differences of online-to-batch, on the **same** example at both points,
 ``spec-online-to-batch.md`` pitfall P3). Clipping scales an example's vector
-by ``min(1, bound / ||v||)``, so adding or removing one example moves the sum
-by at most ``bound`` in L2: the sensitivity the caller's noise is calibrated
-to. Nothing is released here; the callers add the noise.
+by ``min(1, bound / ||v||)``, so zeroing out one example moves the sum by at
+most ``bound`` in L2, and replacing it by at most ``2 bound``
+(:data:`NEIGHBOURING`): the sensitivity the caller's noise is calibrated to.
+Nothing is released here; the callers add the noise.
 
 Two paths:
 
@@ -38,10 +39,30 @@ import jax.numpy as jnp
 
 from dpjax import _validate
 
-__all__ = ["GLM_LOSSES", "batch_size_of", "check_batch", "check_loss", "check_projection",
-           "clipped_sum"]
+__all__ = ["GLM_LOSSES", "NEIGHBOURING", "batch_size_of", "check_batch", "check_loss",
+           "check_projection", "clipped_sum", "sensitivity_factor"]
 
 GLM_LOSSES = ("logistic", "least_squares")
+
+# The neighbouring relations of the streaming methods. The data is a fixed
+# sequence cut into batches of the public size b, so adding or removing an
+# example would shift every later batch; the privacy unit is one position:
+# "zero-out" replaces one example by a null example that contributes nothing
+# (dp-accounting's REPLACE_SPECIAL), so a clipped sum moves by at most the clip
+# norm C; "replace-one" swaps it for any other example, so the sum moves by at
+# most 2C.
+NEIGHBOURING = ("zero-out", "replace-one")
+
+
+def sensitivity_factor(neighbouring: str) -> float:
+  """1 for ``"zero-out"``, 2 for ``"replace-one"``: the L2 sensitivity of a clipped sum over C.
+
+  Examples:
+    >>> from dpjax import minibatch
+    >>> minibatch.sensitivity_factor("zero-out"), minibatch.sensitivity_factor("replace-one")
+    (1.0, 2.0)
+  """
+  return 1.0 if _validate.choice(neighbouring, "neighbouring", NEIGHBOURING) == "zero-out" else 2.0
 
 
 def _glm_coefficient(loss: str) -> Callable[[jax.Array, jax.Array], jax.Array]:

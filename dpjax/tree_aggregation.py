@@ -11,9 +11,11 @@ scale). ``I_t`` is the set of nonzero prefix sums of ``t``'s binary expansion,
 most significant bit first (``I_7 = {4, 6, 7}``); in bit form ``I_t = {(t >>
 h) << h : bit h of t is 1}``, one node per level ``h`` (:func:`prefix_nodes`).
 
-Privacy (spec 1.5, [derived]). Neighbours add or remove one example; it enters
-one step's input ``delta_s``, whose L2 sensitivity is ``Delta_s`` (the caller's
-clipping bound). Leaf ``s`` lies in at most one node per level, ``L =
+Privacy (spec 1.5, [derived]). One example enters one step's input
+``delta_s`` only, and changing it (by the caller's neighbouring relation, e.g.
+``dpjax.minibatch.NEIGHBOURING``) moves ``delta_s`` by at most ``Delta_s`` in
+L2, the sensitivity the caller passes (its clip bound, or twice it for
+replace-one neighbours). Leaf ``s`` lies in at most one node per level, ``L =
 num_levels`` nodes of a tree with capacity ``2^L - 1`` leaves. Node noise is
 ``N(0, sigma_node^2 I)`` with ``sigma_node = c * max(Delta_a, Delta_b)`` over
 the node's first and last leaf ``a, b`` (the largest sensitivity inside it for

@@ -313,3 +313,18 @@ def test_kt_learner_in_the_conversion():
   state, plays, averages = _run(tx, 32, lambda t: (x, y), jnp.zeros(DIM), jit=True)
   assert np.all(np.linalg.norm(plays, axis=1) <= 1.0 + 1e-5)
   assert np.all(np.linalg.norm(averages, axis=1) <= 1.0 + 1e-5)
+
+
+def test_replace_one_doubles_the_node_noise():
+  x, y = _data(14)
+  out = []
+  for nb in ("zero-out", "replace-one"):
+    tx = online_to_batch(_recording_learner(4), batch_size=B, steps=4, noise_multiplier=1.0,
+                         clip_norm=2.0, loss="logistic", key=5, projection=lambda w: w,
+                         neighbouring=nb)
+    state = tx.init(jnp.zeros(DIM))
+    for _ in range(4):
+      _, state = tx.update(None, state, jnp.zeros(DIM), batch=(x, y))
+    out.append(np.asarray(state.learner.inputs))
+  exact = np.asarray(_mean_grad(jnp.zeros(DIM), x, y))
+  np.testing.assert_allclose(out[1] - exact, 2 * (out[0] - exact), rtol=1e-4, atol=1e-6)

@@ -165,3 +165,22 @@ def test_batch_size_is_checked():
     x, y = _data(0)
     with pytest.raises(ValueError, match="batch_size"):
       tx.update(None, tx.init(jnp.zeros(DIM)), jnp.zeros(DIM), batch=(x[:3], y[:3]))
+
+
+def test_replace_one_doubles_the_noise():
+  zero = single_pass_dp_sgd(learning_rate=1.0, batch_size=B, clip_norm=1.0, rho=0.5,
+                            loss="logistic", key=0)
+  repl = single_pass_dp_sgd(learning_rate=1.0, batch_size=B, clip_norm=1.0, rho=0.5,
+                            loss="logistic", key=0, neighbouring="replace-one")
+  assert float(repl.init(jnp.zeros(DIM)).noise_std) == pytest.approx(
+      2 * float(zero.init(jnp.zeros(DIM)).noise_std))
+  runs = []
+  for nb in ("zero-out", "replace-one"):
+    tx = dp_ftrl(learning_rate=1.0, batch_size=B, clip_norm=1.0, steps=4, rho=1.0,
+                 loss_fn=_flat_loss, key=3, neighbouring=nb)
+    u, _ = tx.update(None, tx.init(jnp.zeros(DIM)), jnp.zeros(DIM), batch=jnp.zeros((B, 1)))
+    runs.append(np.asarray(u))
+  np.testing.assert_allclose(runs[1], 2 * runs[0], rtol=1e-6)
+  with pytest.raises(ValueError, match="neighbouring"):
+    single_pass_dp_sgd(learning_rate=1.0, batch_size=B, clip_norm=1.0, rho=0.5,
+                       loss="logistic", key=0, neighbouring="add-remove")

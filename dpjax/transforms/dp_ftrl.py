@@ -7,10 +7,12 @@ Thakkar, Thakurta, Xu, ICML 2021, Algorithm 1 without momentum):
 ``theta_{t+1} = Pi(theta_0 - eta (sum_{s<=t} sum_{z in batch_s} clip(grad l(theta_s, z), C) + gamma_t) / b)``
 
 ``gamma_t`` is binary-tree noise (:mod:`dpjax.tree_aggregation`) with node
-std ``c C``. Privacy: each example is used once (one step's batch, single
-pass) and moves that step's clipped sum by at most ``C`` (add/remove), so the
-released prefix sums cost the tree's ``depth / (2 c^2)`` zCDP and every
-``theta`` is post-processing; the accountant in the state is the tree's.
+std ``c C`` (``2 c C`` for replace-one neighbours). Privacy: each example is
+used once (one step's batch, single pass) and moves that step's clipped sum by
+at most ``C`` when zeroed out (``2C`` when replaced; ``dpjax.minibatch.
+NEIGHBOURING``), so the released prefix sums cost the tree's ``depth / (2
+c^2)`` zCDP and every ``theta`` is post-processing; the accountant in the
+state is the tree's.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def dp_ftrl(
     projection: Callable[[Any], Any] | None = None,
     key: int | jax.Array,
     mode: str = "buffered",
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """DP-FTRL: ``update(None, state, params, *, batch)`` returns ``theta_{t+1} - params``.
@@ -63,6 +66,7 @@ def dp_ftrl(
     projection: optional map onto a domain, applied to every iterate.
     key: int seed or typed PRNG key (the tree's).
     mode: the tree mode (``dpjax.tree_aggregation.MODES``).
+    neighbouring: ``"zero-out"`` or ``"replace-one"`` (noise x 2).
     disable_noise_for_testing: no noise (NOT private).
 
   Examples:
@@ -85,7 +89,9 @@ def dp_ftrl(
   loss, loss_fn = minibatch.check_loss(loss, loss_fn)
   projection = minibatch.check_projection(projection)
   prefix = ta.tree_prefix_sum(num_levels=num_levels, steps=steps, rho=rho,
-                              noise_multiplier=noise_multiplier, sensitivity=clip_norm, key=key,
+                              noise_multiplier=noise_multiplier,
+                              sensitivity=minibatch.sensitivity_factor(neighbouring) * clip_norm,
+                              key=key,
                               mode=mode, disable_noise_for_testing=disable_noise_for_testing)
 
   def init_fn(params):

@@ -25,10 +25,14 @@ beta_t = ((t-1)/t)^k`` and the clip bound ``C_0 t^(k-1) / beta_t = C_0 / t``:
 no ``t^k``-sized differences cancel in float32. At ``t = 1``, ``a_1 = 0``
 and the gradient at ``x_0`` is masked out (never multiplied by ``0^0 = 1``).
 
-Privacy (spec 1.4-1.5 [derived]). Neighbours add or remove one example; it
-enters one step's ``delta_s`` only (single pass), by at most the clip bound
-``Delta_s = C_0 s^(k-1)`` in L2, whatever the iterates (they are
-post-processing of earlier releases: adaptive composition). The tree charges
+Privacy (spec 1.4-1.5 [derived]). The privacy unit is one position of the
+stream (``dpjax.minibatch.NEIGHBOURING``): with ``neighbouring="zero-out"``
+(the default; dp-accounting's REPLACE_SPECIAL) one example is replaced by a
+null one, with ``"replace-one"`` by any other, doubling the sensitivity. The
+example enters one step's ``delta_s`` only (single pass), by at most the clip
+bound ``Delta_s = C_0 s^(k-1)`` (twice that for replace-one) in L2, whatever
+the iterates (they are post-processing of earlier releases: adaptive
+composition). The tree charges
 ``depth / (2 c^2)`` zCDP for the released sums, ``c`` the node noise
 multiplier; the learner, ``x_t`` and the output are post-processing. The
 accountant in the state is charged as the tree opens levels (at ``t = 1, 2, 4,
@@ -101,6 +105,7 @@ def online_to_batch(
     projection: Callable[[Any], Any] | None = None,
     key: int | jax.Array,
     mode: str = "buffered",
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """The DP online-to-batch conversion around ``learner`` (spec 1.2; module docstring).
@@ -134,6 +139,8 @@ def online_to_batch(
       domain applied to its plays.
     key: int seed or typed PRNG key (the tree's).
     mode: the tree mode, one of ``dpjax.tree_aggregation.MODES``.
+    neighbouring: ``"zero-out"`` or ``"replace-one"`` (node noise x 2); see
+      ``dpjax.minibatch.NEIGHBOURING``.
     disable_noise_for_testing: no noise (NOT private); still charged.
 
   Raises:
@@ -183,9 +190,10 @@ def online_to_batch(
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
   rho_level = 1.0 / (2.0 * c * c)
+  factor = minibatch.sensitivity_factor(neighbouring)
 
-  def leaf_std(t):
-    return (0.0 if no_noise else c) * jnp.asarray(sensitivity(t))
+  def leaf_std(t):  # c times the sum's sensitivity: the clip bound, x 2 for replace-one.
+    return (0.0 if no_noise else c) * factor * jnp.asarray(sensitivity(t))
 
   def init_fn(params):
     return OnlineToBatchState(

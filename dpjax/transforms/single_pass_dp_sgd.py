@@ -6,11 +6,11 @@ amplification by sampling: step ``t`` takes a fresh batch of ``b`` examples
 adds Gaussian noise ``N(0, s^2 I)`` to the sum,
 
 ``theta_{t+1} = Pi(theta_t - eta (sum_z clip(grad l(theta_t, z), C) + N(0, s^2 I)) / b)``,
-``s = C / sqrt(2 rho)``.
+``s = C / sqrt(2 rho)`` (``2C / sqrt(2 rho)`` for replace-one neighbours).
 
-Privacy: adding or removing one example changes only the step whose batch
-holds it, by at most ``C`` in L2, and that step is ``rho``-zCDP (Gaussian
-mechanism); every other step sees the example only through earlier released
+Privacy: zeroing out one example (``dpjax.minibatch.NEIGHBOURING``) changes
+only the step whose batch holds it, by at most ``C`` in L2 (``2C`` when it is
+replaced: ``s`` doubles), and that step is ``rho``-zCDP (Gaussian mechanism); every other step sees the example only through earlier released
 iterates (post-processing; parallel composition over disjoint batches with
 adaptivity). So the run is ``rho``-zCDP **whatever its length**, as long as
 no example is used twice: the accountant is charged ``rho`` once, at the first
@@ -54,6 +54,7 @@ def single_pass_dp_sgd(
     loss_fn: Callable[[Any, Any], jax.Array] | None = None,
     projection: Callable[[Any], Any] | None = None,
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """Single-pass DP-SGD: ``update(None, state, params, *, batch)`` returns ``theta_{t+1} - params``.
@@ -68,6 +69,7 @@ def single_pass_dp_sgd(
     loss / loss_fn: the GLM path (``batch = (x, y)``) or a per-example loss.
     projection: optional map onto a domain, applied to every iterate.
     key: int seed or typed PRNG key.
+    neighbouring: ``"zero-out"`` or ``"replace-one"`` (noise x 2).
     disable_noise_for_testing: no noise (NOT private).
 
   Examples:
@@ -94,7 +96,8 @@ def single_pass_dp_sgd(
   projection = minibatch.check_projection(projection)
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
-  sigma = accounting.gaussian_sigma(clip_norm, rho)  # the one place the noise scale is derived.
+  # The one place the noise scale is derived: the sum's sensitivity C (2C for replace-one).
+  sigma = accounting.gaussian_sigma(minibatch.sensitivity_factor(neighbouring) * clip_norm, rho)
   used_sigma = 0.0 if no_noise else sigma
 
   def init_fn(params):
