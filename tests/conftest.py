@@ -36,6 +36,18 @@ def scale_z(samples, var):
   return (q.mean() - 1.0) / (q.std(ddof=1) / math.sqrt(q.size))
 
 
+def unit_ball_batch(seed: int, n: int, d: int, scale: float = 1.0):
+  """``(x [n, d], y [n])`` float32: Gaussian rows times ``scale``, clipped to ``||x|| <= scale``
+  when ``scale <= 1`` (else left as drawn), and random labels in {-1, +1}."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(n, d)) * scale
+  if scale <= 1.0:
+    x /= np.maximum(1.0, np.linalg.norm(x, axis=1))[:, None]
+  y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+  return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+
+
 def maybe_jit(fn, jit):
   """``jax.jit(fn)`` when ``jit``, else ``fn``: tests run both ways."""
   return jax.jit(fn) if jit else fn

@@ -7,17 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import maybe_jit
+from conftest import maybe_jit, unit_ball_batch
 from dpjax import minibatch
 
 B, DIM = 32, 5
 
 
 def _data(seed=0, scale=1.0):
-  rng = np.random.default_rng(seed)
-  x = rng.normal(size=(B, DIM)) * scale
-  y = np.where(rng.random(B) < 0.5, -1.0, 1.0)
-  return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+  return unit_ball_batch(seed, B, DIM, scale=scale)
 
 
 def _logistic(w, example):

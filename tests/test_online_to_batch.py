@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from conftest import Z_MAX, maybe_jit, scale_z
+from conftest import Z_MAX, maybe_jit, scale_z, unit_ball_batch
 from dpjax import accounting, online
 from dpjax import tree_aggregation as ta
 from dpjax.transforms.online_to_batch import difference_clip_bound, online_to_batch
@@ -20,11 +20,7 @@ B, DIM = 8, 4
 
 
 def _data(seed=0, n=B):
-  rng = np.random.default_rng(seed)
-  x = rng.normal(size=(n, DIM))
-  x /= np.maximum(1.0, np.linalg.norm(x, axis=1))[:, None]
-  y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
-  return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+  return unit_ball_batch(seed, n, DIM)
 
 
 def _logistic(w, example):

@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from conftest import Z_MAX, maybe_jit, scale_z
+from conftest import Z_MAX, maybe_jit, scale_z, unit_ball_batch
 from dpjax import accounting, minibatch
 from dpjax import tree_aggregation as ta
 from dpjax.transforms import dp_ftrl, single_pass_dp_sgd
@@ -20,11 +20,7 @@ REPEATS = 2000
 
 
 def _data(seed):
-  rng = np.random.default_rng(seed)
-  x = rng.normal(size=(B, DIM))
-  x /= np.maximum(1.0, np.linalg.norm(x, axis=1))[:, None]
-  y = np.where(rng.random(B) < 0.5, -1.0, 1.0)
-  return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+  return unit_ball_batch(seed, B, DIM)
 
 
 def _flat_loss(w, example):
