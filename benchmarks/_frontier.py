@@ -1141,14 +1141,9 @@ def plot(payloads: list[dict], path: pathlib.Path) -> None:
       ax.errorbar([f["seconds"]], [max(f["mean"], 1e-7)], yerr=[f["se"]], fmt=markers.get(fam, "o"),
                   ms=8 if fam == "auto" else 5, color=colors[fam], capsize=2,
                   label=f"{fam} selected (fresh)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_title(f"{p['dataset']} (n={p['n']:,}, d={p['d']}), eps={lv}")
-    ax.set_xlabel("seconds of one run (compile excluded)")
-    ax.set_ylabel("excess loss")
-    ax.grid(True, which="both", alpha=0.3)
-  for ax in list(axes.flat)[k:]:
-    ax.axis("off")
+    _harness.log_log_panel(ax, f"{p['dataset']} (n={p['n']:,}, d={p['d']}), eps={lv}",
+                           "seconds of one run (compile excluded)", "excess loss")
+  _harness.hide_unused(axes, k)
   seen: dict[str, Any] = {}
   for ax in axes.flat[:k]:
     for h, lab in zip(*ax.get_legend_handles_labels()):

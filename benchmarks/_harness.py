@@ -316,6 +316,22 @@ def panels(k: int, *, width: float, height: float, min_width: float = 0.0,
   return plt, fig, axes
 
 
+def log_log_panel(ax, title: str, xlabel: str, ylabel: str) -> None:
+  """Log-log axes with a title, labels and a light grid (every results plot)."""
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_title(title)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.grid(True, which="both", alpha=0.3)
+
+
+def hide_unused(axes, k: int) -> None:
+  """Turns off the panels after the first ``k`` of a :func:`panels` grid."""
+  for ax in list(axes.flat)[k:]:
+    ax.axis("off")
+
+
 class ProgressBar:
   """``desc [#####.....] k/total elapsed label`` on stderr; ``update(label)`` per item.
 

@@ -582,15 +582,10 @@ def plot(payloads: list[dict], path: pathlib.Path) -> None:
         mean = [rec["best"][l["id"]]["mean"] for l in lv]
         se = [rec["best"][l["id"]]["se"] for l in lv]
         ax.errorbar(eps, np.maximum(mean, 1e-7), yerr=se, fmt=style, marker="o", ms=3,
-                    color=f"C{j}", label=f"{name} ({m})" if True else None, capsize=2)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_title(f"{p['dataset']} (n={p['n']:,}, d={p['d']})")
-    ax.set_xlabel("epsilon (delta = n^-2)")
-    ax.set_ylabel("excess loss at tuned T")
-    ax.grid(True, which="both", alpha=0.3)
-  for ax in list(axes.flat)[k:]:
-    ax.axis("off")
+                    color=f"C{j}", label=f"{name} ({m})", capsize=2)
+    _harness.log_log_panel(ax, f"{p['dataset']} (n={p['n']:,}, d={p['d']})",
+                           "epsilon (delta = n^-2)", "excess loss at tuned T")
+  _harness.hide_unused(axes, k)
   handles, labels = axes.flat[0].get_legend_handles_labels()
   fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8)
   fig.suptitle("Excess loss at non-privately tuned T (solid: gaussian accounting, dashed: paper)")

@@ -80,6 +80,10 @@ _GD_T = (12, 6400)
 
 
 def _doubling_rule(n: int, d: int, rho: float, rule, base: float, lo: int, hi: int) -> int:
+  """``base * 2^round(a + b log10(n sqrt(rho)) + c log10(d))``, clamped; validates n, d, rho."""
+  n = _validate.positive_int(n, "n")
+  d = _validate.positive_int(d, "d")
+  rho = _validate.positive_float(rho, "rho")
   a, b, c = rule
   k = round(a + b * math.log10(n * math.sqrt(rho)) + c * math.log10(d))
   return int(min(max(round(base * 2.0**k), lo), hi))
@@ -141,9 +145,6 @@ def precond_steps(n: int, d: int, rho: float) -> int:
     >>> auto.precond_steps(30956, 124, 0.0166)  # a1a.t at eps = 1
     320
   """
-  n = _validate.positive_int(n, "n")
-  d = _validate.positive_int(d, "d")
-  rho = _validate.positive_float(rho, "rho")
   return _doubling_rule(n, d, rho, _PRECOND_RULE, 10, *_PRECOND_M)
 
 
@@ -166,9 +167,6 @@ def dp_gd_steps(n: int, d: int, rho: float) -> int:
     >>> auto.dp_gd_steps(10000, 100, 0.000237)  # synthetic at eps = 0.1
     50
   """
-  n = _validate.positive_int(n, "n")
-  d = _validate.positive_int(d, "d")
-  rho = _validate.positive_float(rho, "rho")
   return _doubling_rule(n, d, rho, _GD_RULE, 12.5, *_GD_T)
 
 

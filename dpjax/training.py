@@ -254,11 +254,6 @@ def _check_options(algorithm: str, factory: Callable, options: dict) -> None:
     )
 
 
-def _budget(n, epsilon, rho, delta, method) -> tuple[float, float, float]:
-  """Validates the privacy arguments; returns ``(rho, epsilon, delta)``."""
-  return accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta, method=method)
-
-
 def fit(
     data: Any,
     algorithm: str,
@@ -395,7 +390,8 @@ def fit(
   algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS + (AUTO,))
   if algorithm == AUTO:
     n, d = _auto_shape(data, steps, average, algorithm_options)
-    level = _budget(n, epsilon, rho, delta, accounting)
+    level = accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
+                                          method=accounting)
     choice = _auto_choice(n, d, level, accounting)
     plan = _plan(data, choice.algorithm, steps=choice.steps, repeats=repeats, seed=seed,
                  init=init, guard_radius=guard_radius, timing_runs=timing_runs,
@@ -404,7 +400,8 @@ def fit(
     plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
                  guard_radius=guard_radius, timing_runs=timing_runs, average=average,
                  options=algorithm_options)
-    level = _budget(plan.n, epsilon, rho, delta, accounting)
+    level = accounting_lib.resolve_budget(plan.n, epsilon=epsilon, rho=rho, delta=delta,
+                                           method=accounting)
   rho, epsilon, delta = level
   make_transform(plan.algorithm, key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
   return _execute(plan, [(rho, epsilon, delta, accounting)], batched=False)[0]
@@ -535,7 +532,8 @@ def fit_levels(
       raise TypeError(f"{values_name}[{i}] must be a number, got {type(value).__name__}.")
     eps, rho = (value, None) if rhos is None else (None, value)
     try:
-      levels.append((*_budget(n, eps, rho, delta, method), method))
+      levels.append((*accounting_lib.resolve_budget(n, epsilon=eps, rho=rho, delta=delta,
+                                                   method=method), method))
     except ValueError as err:
       raise ValueError(f"privacy level {i}: {err}") from None
   if algorithm != AUTO:

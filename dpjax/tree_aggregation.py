@@ -80,8 +80,10 @@ __all__ = [
     "MAX_LEVELS",
     "TreeAggregationState",
     "TreeState",
+    "calibrate",
     "capacity",
     "charge_levels",
+    "check_schedule",
     "noise_multiplier_for",
     "num_levels_for",
     "prefix_nodes",
@@ -177,6 +179,56 @@ def noise_multiplier_for(rho: float, num_levels: int) -> float:
   """
   rho = _validate.positive_float(rho, "rho")
   return math.sqrt(_check_levels(num_levels) / (2.0 * rho))
+
+
+def calibrate(*, num_levels: int | None, steps: int | None, rho: Any,
+              noise_multiplier: Any) -> tuple[int, Any]:
+  """``(L, c)`` of a tree from exactly one of ``num_levels``/``steps`` and one of ``rho``/``c``.
+
+  With ``rho`` (the budget of a full tree), ``c = sqrt(L / (2 rho))``
+  (:func:`noise_multiplier_for`; in the graph for a traced ``rho``). Either
+  budget may be traced; concrete values are validated eagerly.
+  """
+  if (num_levels is None) == (steps is None):
+    raise ValueError("pass exactly one of num_levels (capacity 2^L - 1) or steps (the horizon T).")
+  levels = _check_levels(num_levels if steps is None else num_levels_for(steps))
+  if (rho is None) == (noise_multiplier is None):
+    raise ValueError("pass exactly one of rho (the budget of a full tree) or noise_multiplier.")
+  if rho is not None:
+    rho = _common.budget_value(rho, "rho")
+    c = (noise_multiplier_for(rho, levels) if _validate.is_concrete(rho)
+         else jnp.sqrt(levels / (2.0 * rho)))
+  else:
+    c = (_validate.positive_float(noise_multiplier, "noise_multiplier")
+         if _validate.is_concrete(noise_multiplier) else noise_multiplier)
+  return levels, c
+
+
+SCHEDULE_CHECK_STEPS = 1 << 16  # steps a schedule is checked on at construction.
+
+
+def check_schedule(schedule: Callable[[jax.Array], jax.Array], num_levels: int,
+                   name: str) -> Callable[[jax.Array], jax.Array]:
+  """A per-step sensitivity schedule must be monotone in ``t`` (and > 0).
+
+  Node noise uses the schedule's larger value at the node's first and last
+  leaf, which is the largest inside the node only for a monotone schedule
+  (module docstring; pitfall P4). Checked eagerly on ``t = 1 ..
+  min(capacity, SCHEDULE_CHECK_STEPS)``; a schedule that turns beyond that is
+  the caller's error.
+  """
+  if not callable(schedule):
+    raise TypeError(f"{name} must be a number or a callable t -> Delta_t.")
+  t = jnp.arange(1, min(2**num_levels - 1, SCHEDULE_CHECK_STEPS) + 1, dtype=jnp.int32)
+  v = np.asarray(jax.device_get(schedule(t)), np.float64)
+  if v.shape != t.shape or not np.all(np.isfinite(v)) or not np.all(v > 0):
+    raise ValueError(f"{name}(t) must return a finite value > 0 for every step t, shaped like t.")
+  dv = np.diff(v)
+  if not (np.all(dv >= 0) or np.all(dv <= 0)):
+    raise ValueError(
+        f"{name}(t) must be monotone in t (nondecreasing or nonincreasing): the node noise "
+        "takes its value at the node's two ends, which bounds the node only then.")
+  return schedule
 
 
 def _check_levels(num_levels: Any) -> int:
@@ -311,8 +363,9 @@ def tree_step(state: TreeState, *, noise_std: NoiseStd,
     state: from :func:`tree_init` (or a previous step).
     noise_std: per-leaf std ``c * Delta_t``: a number ``>= 0``, a scalar array
       (possibly traced), or a function of the 1-based leaf index (int32 array,
-      traced) returning an array of its shape. Node noise uses the larger
-      value at the node's first and last leaf.
+      traced) returning an array of its shape, monotone in ``t``. Node noise
+      uses the larger value at the node's first and last leaf, which bounds
+      the node only for a monotone schedule (:func:`check_schedule`).
     mode: ``"honaker"`` for a state built with it (buffered and honaker states
       look alike); ``None`` reads buffered / regenerate from the state.
 
@@ -467,7 +520,8 @@ def tree_prefix_sum(
     steps: the horizon ``T`` (``L = num_levels_for(T)``). Exactly one.
     rho: total zCDP budget of a full tree; or
     noise_multiplier: ``c`` (> 0). Exactly one. Either may be a traced scalar.
-    sensitivity: ``Delta_t``, > 0 (number or function of the step).
+    sensitivity: ``Delta_t``, > 0 (a number, or a function of the step that
+      is monotone in ``t``: :func:`check_schedule`).
     key: int seed or typed PRNG key.
     mode: one of :data:`MODES`.
     disable_noise_for_testing: no noise (NOT private); the accountant is still
@@ -488,19 +542,11 @@ def tree_prefix_sum(
     >>> int(state.tree.step), round(accounting.spent_rho(state.accountant), 12)  # 3 of 4 levels
     (5, 0.375)
   """
-  if (num_levels is None) == (steps is None):
-    raise ValueError("pass exactly one of num_levels (capacity 2^L - 1) or steps (the horizon T).")
-  levels = _check_levels(num_levels if steps is None else num_levels_for(steps))
-  if (rho is None) == (noise_multiplier is None):
-    raise ValueError("pass exactly one of rho (the budget of a full tree) or noise_multiplier.")
-  if rho is not None:
-    rho = _common.budget_value(rho, "rho")
-    c = (noise_multiplier_for(rho, levels) if _validate.is_concrete(rho)
-         else jnp.sqrt(levels / (2.0 * rho)))
+  levels, c = calibrate(num_levels=num_levels, steps=steps, rho=rho,
+                        noise_multiplier=noise_multiplier)
+  if callable(sensitivity):
+    sensitivity = check_schedule(sensitivity, levels, "sensitivity")
   else:
-    c = (_validate.positive_float(noise_multiplier, "noise_multiplier")
-         if _validate.is_concrete(noise_multiplier) else noise_multiplier)
-  if not callable(sensitivity):
     sensitivity = _validate.positive_float(sensitivity, "sensitivity")
   mode = _validate.choice(mode, "mode", MODES)
   key = _common.canonical_key(key)

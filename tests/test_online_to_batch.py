@@ -211,6 +211,8 @@ def test_plain_optax_learner_with_a_projection():
     ({"loss": "hinge"}, "loss"),
     ({"loss": None}, "loss"),
     ({"clip_norm": 1.0, "sensitivity": lambda t: t}, "not both"),
+    ({"clip_norm": None, "sensitivity": lambda t: 2.0 + jnp.cos(t.astype(jnp.float32))},
+     "monotone"),
 ])
 def test_bad_arguments(kwargs, match):
   base = {"batch_size": B, "steps": 8, "rho": 1.0, "clip_norm": 1.0, "loss": "logistic", "key": 0}

@@ -404,3 +404,16 @@ def test_transform_chains_with_extra_args():
     out, st = step(st)
   assert np.all(np.isfinite(np.asarray(out)))
   assert float(optax.tree.get(st, "rho")) == pytest.approx(1.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("schedule, match", [
+    (lambda t: 1.0 + jnp.sin(t.astype(jnp.float32)) ** 2, "monotone"),  # node ends miss the max
+    (lambda t: t.astype(jnp.float32) - 3.0, "> 0"),
+    (lambda t: jnp.ones(3), "shaped like t"),
+])
+def test_transform_refuses_a_schedule_the_node_rule_cannot_bound(schedule, match):
+  with pytest.raises(ValueError, match=match):
+    ta.tree_prefix_sum(steps=8, rho=1.0, sensitivity=schedule, key=0)
+  # Monotone schedules, either way, are accepted.
+  ta.tree_prefix_sum(steps=8, rho=1.0, sensitivity=lambda t: 1.0 / t.astype(jnp.float32), key=0)
+  ta.tree_prefix_sum(steps=8, rho=1.0, sensitivity=lambda t: t.astype(jnp.float32), key=0)

@@ -131,8 +131,8 @@ def online_to_batch(
     clip_norm: ``C_0``: each example's ``v_t(z)`` is clipped to ``C_0
       t^(k-1)`` (use :func:`difference_clip_bound` for a loss with known bounds).
     sensitivity: instead of ``C_0``, an explicit per-step schedule ``t ->
-      Delta_t`` (int32 array in, array out): the clip bound and the node
-      noise follow it. Needed for ``k < 1``.
+      Delta_t`` (int32 array in, array out), monotone in ``t``: the clip
+      bound and the node noise follow it. Needed for ``k < 1``.
     loss: ``"logistic"`` or ``"least_squares"`` (fused GLM path); or
     loss_fn: a per-example loss ``f(params, example) -> scalar``.
     projection: for a learner without its own projection, the map onto the
@@ -157,19 +157,8 @@ def online_to_batch(
         "conversion's guarantees need the plays in a bounded domain.")
   projection = minibatch.check_projection(projection)
   batch_size = _validate.positive_int(batch_size, "batch_size")
-  if (steps is None) == (num_levels is None):
-    raise ValueError("pass exactly one of steps (the horizon T) or num_levels (capacity 2^L - 1).")
-  levels = ta.num_levels_for(steps) if steps is not None else int(num_levels)
-  ta.capacity(levels)  # validates
-  if (rho is None) == (noise_multiplier is None):
-    raise ValueError("pass exactly one of rho (the budget of a full tree) or noise_multiplier.")
-  if rho is not None:
-    rho = _common.budget_value(rho, "rho")
-    c = (ta.noise_multiplier_for(rho, levels) if _validate.is_concrete(rho)
-         else jnp.sqrt(levels / (2.0 * rho)))
-  else:
-    c = (_validate.positive_float(noise_multiplier, "noise_multiplier")
-         if _validate.is_concrete(noise_multiplier) else noise_multiplier)
+  levels, c = ta.calibrate(num_levels=num_levels, steps=steps, rho=rho,
+                           noise_multiplier=noise_multiplier)
   k = _validate.nonnegative_float(k, "k")
   if sensitivity is None:
     if k < 1:
@@ -183,8 +172,8 @@ def online_to_batch(
     sensitivity = lambda t: clip_norm * jnp.power(t.astype(float), k - 1.0)  # noqa: E731
   elif clip_norm is not None:
     raise ValueError("pass clip_norm or sensitivity, not both.")
-  elif not callable(sensitivity):
-    raise TypeError("sensitivity must be a callable t -> Delta_t.")
+  else:
+    sensitivity = ta.check_schedule(sensitivity, levels, "sensitivity")
   loss, loss_fn = minibatch.check_loss(loss, loss_fn)
   mode = _validate.choice(mode, "mode", ta.MODES)
   key = _common.canonical_key(key)
