@@ -1,12 +1,11 @@
-"""DP online-to-batch benchmarks (issue 6): the cost of one conversion step.
+"""DP online-to-batch benchmarks (issue 6): the cost of one step, and the rates.
 
-``--speed`` (the part implemented so far; the rates experiment of issue 6
-comes next): the wall-clock cost of one step of
-``dpjax.online_to_batch`` (OGD learner, tree noise, per-example gradient
-differences at ``x_t`` and ``x_{t-1}``, clipping) against one non-private
-minibatch gradient step (``optax.sgd`` on the mean logistic gradient of the
-same batch), for a ``d = 100`` logistic model with batch 1024, in the same
-process, interleaved, compile time excluded. Each variant is timed two ways:
+``--speed``: the wall-clock cost of one step of ``dpjax.online_to_batch``
+(OGD learner, tree noise, per-example gradient differences at ``x_t`` and
+``x_{t-1}``, clipping) against one non-private minibatch gradient step
+(``optax.sgd`` on the mean logistic gradient of the same batch), for a ``d =
+100`` logistic model with batch 1024, in the same process, interleaved,
+compile time excluded. Each variant is timed two ways:
 
 * **per call**: one jitted step per call (includes the dispatch of a call);
 * **in a scan**: ``lax.scan`` over ``--scan-steps`` steps, time / steps (the
@@ -16,11 +15,21 @@ The criterion (issue 6): conversion / non-private <= 3, in a scan. Rows:
 the fused GLM path in the three tree modes and the generic ``loss_fn`` path
 (``vmap`` of ``grad``, for information).
 
+``--rates``: the excess population loss of one private pass against ``n``
+on synthetic least squares and logistic regression (``_rates.py`` has the
+population and the protocol): d in {10, 100}, n from 10^3 to 10^6 (batch 10),
+eps in {0.5, 1, 2, 8} at delta = n^-1.1, 10 seeds vmapped, the four
+conversions against single-pass DP-SGD and DP-FTRL at equal eps. Criteria
+(issue 6, for ``otb``): the log-log slope at eps = 8 in [-0.65, -0.35]; at
+eps = 0.5 some decade of n where the loss falls >= 10x.
+
 Usage::
 
   python benchmarks/online_to_batch.py --speed [--quick] [--out-dir ...]
+  python benchmarks/online_to_batch.py --rates [--quick] [--out-dir ...]
 
-Outputs ``online_to_batch_speed.{json,md}``.
+Outputs ``online_to_batch_speed.{json,md}`` and
+``online_to_batch_rates.{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -28,12 +37,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any, Sequence
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
+import _rates  # noqa: E402  pylint: disable=g-import-not-at-top
 
 import jax  # noqa: E402  pylint: disable=g-import-not-at-top
 import jax.numpy as jnp  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -42,6 +53,7 @@ import optax  # noqa: E402  pylint: disable=g-import-not-at-top
 import dpjax  # noqa: E402  pylint: disable=g-import-not-at-top
 
 STEM = "online_to_batch_speed"
+RATES_STEM = "online_to_batch_rates"
 SPEED_CRITERION = 3.0
 DIM, BATCH = 100, 1024
 
@@ -139,15 +151,44 @@ def markdown(rows: list[dict[str, Any]], info: dict[str, Any], steps: int) -> st
   return "\n".join(lines) + "\n"
 
 
+def rates(args: argparse.Namespace) -> int:
+  """The rates experiment (``_rates``); ``--quick`` is a small smoke grid."""
+  grid = dict(losses=("least_squares",), dims=(5,), ns=(200, 2000), epsilons=(0.5, 8.0),
+              seeds=2, methods=("otb", "single-pass-dp-sgd")) if args.quick else {}
+  info = _harness.machine_info()
+  t0 = time.perf_counter()
+  records = _rates.run(progress=lambda cells: _harness.progress(cells, desc="rates"), **grid)
+  seconds = time.perf_counter() - t0
+  summary = _rates.summarize(records)
+  directory = _harness.out_dir(args)
+  png = directory / f"{RATES_STEM}.png"
+  _rates.plot(records, summary, png)
+  lines = _harness.markdown_header("DP online-to-batch: excess population loss against n", info)
+  lines += [f"- total wall time {seconds:.0f} s (compile included; per-cell compile and run "
+            "seconds are in the JSON).", "- protocol: " + " ".join(
+                _rates.__doc__.split("\n\n")[-2].split()), f"- plot: `{png.name}`"]
+  lines += _rates.markdown(records, summary)
+  payload = {"machine": info, "quick": bool(args.quick), "seconds": seconds,
+             "grid": {k: list(v) if isinstance(v, tuple) else v for k, v in grid.items()},
+             "records": records, "summary": summary}
+  _, md = _harness.write_results(directory, RATES_STEM, payload, "\n".join(lines))
+  print(md.read_text())
+  return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   _harness.add_common_args(parser)
   parser.add_argument("--speed", action="store_true", help="measure the cost of one step")
+  parser.add_argument("--rates", action="store_true",
+                      help="the rates experiment (excess population loss against n)")
   parser.add_argument("--scan-steps", type=int, default=None, help="steps per scan (default 64)")
   parser.add_argument("--reps", type=int, default=None, help="timed repetitions (default 200)")
   args = parser.parse_args(argv)
-  if not args.speed:
-    parser.error("pass --speed (the rates experiment of issue 6 is not part of this script yet)")
+  if args.speed == args.rates:
+    parser.error("pass exactly one of --speed or --rates")
+  if args.rates:
+    return rates(args)
   steps = args.scan_steps or (8 if args.quick else 64)
   reps = args.reps or (20 if args.quick else 200)
   if steps < 1 or reps < 1:

@@ -6,8 +6,8 @@ Usage::
   python benchmarks/readme_results.py --check   # exit 1 if README.md is out of date
 
 It reads ``benchmarks/results/privacy_utility_frontier.json`` (the headline:
-``privacy_utility.py --frontier``) with ``auto_fit.json`` (``auto_fit.py``), ``privacy_utility.json``, ``speed.json``
-and ``convergence.json`` (written by the full runs of the benchmarks) and
+``privacy_utility.py --frontier``) with ``auto_fit.json`` (``auto_fit.py``), ``privacy_utility.json``, ``speed.json``,
+``convergence.json`` and ``online_to_batch_{rates,speed}.json`` (written by the full runs of the benchmarks) and
 replaces everything between ``<!-- results:begin -->`` and
 ``<!-- results:end -->`` in ``README.md``. Every number and every
 win/loss statement in that section is computed here from those files, so
@@ -37,6 +37,8 @@ python benchmarks/auto_fit.py             # refits auto's step rule from the fro
 python benchmarks/privacy_utility.py      # Table 1 / Fig. 2 analogue, 6 datasets (about 55 minutes on 2 cores)
 python benchmarks/speed.py                # per-iteration cost vs Gram/matvec, scaling, repeats, memory
 python benchmarks/convergence.py          # Fig. 1 / Fig. 3 analogue: excess loss vs wall-clock time
+python benchmarks/online_to_batch.py --rates   # DP online-to-batch: excess population loss vs n (about 20 min)
+python benchmarks/online_to_batch.py --speed   # one conversion step vs a non-private minibatch step
 python benchmarks/readme_results.py       # rewrites this section from benchmarks/results/*.json
 ```"""
 
@@ -253,6 +255,45 @@ def convergence_section(cv: dict) -> list[str]:
   return lines
 
 
+def online_to_batch_section(rates: dict, speed: dict | None) -> list[str]:
+  """DP online-to-batch: the rates criteria and the comparison with the baselines at the largest n."""
+  summary = rates["summary"]
+  curves = {(c["loss"], c["d"], c["method"], c["epsilon"]): c for c in summary["curves"]}
+  eps_all = sorted({c["epsilon"] for c in summary["curves"]})
+  n_max = max(max(c["ns"]) for c in summary["curves"])
+  lines = [
+      "", "### DP online-to-batch: one private pass (second paper)", "",
+      f"Machine: {_machine(rates['machine'])}. Synthetic least squares and logistic regression with a "
+      "known optimum, ||x|| = 1, δ = n^-1.1, 10 seeds; public defaults for the conversions, the "
+      "baselines' step tuned non-privately (in their favour). Tables and plot: "
+      "[`benchmarks/results/online_to_batch_rates.md`](benchmarks/results/online_to_batch_rates.md), "
+      "[plot](benchmarks/results/online_to_batch_rates.png).", "",
+      "| criterion (otb) | loss | d | value | met |", "|---|---|---|---|---|"]
+  for c in summary["criteria"]:
+    lines.append(f"| {c['criterion']} | {c['loss']} | {c['d']} | {c['value']:.3g} | "
+                 f"{'yes' if c['met'] else 'no'} |")
+  order = ("otb", "otb-optimistic", "otb-strongly-convex", "otb-parameter-free",
+           "single-pass-dp-sgd", "dp-ftrl")
+  methods = sorted({c["method"] for c in summary["curves"]},
+                   key=lambda m: (order.index(m) if m in order else len(order), m))
+  lines += ["", f"Excess population loss at n = {n_max:,} (mean of 10 seeds):", "",
+            "| loss | d | ε | " + " | ".join(methods) + " |", "|---" * (len(methods) + 3) + "|"]
+  for loss, d in sorted({(c["loss"], c["d"]) for c in summary["curves"]}):
+    for e in eps_all:
+      cells = []
+      for m in methods:
+        cur = curves.get((loss, d, m, e))
+        cells.append(_loss(cur["means"][cur["ns"].index(n_max)]) if cur else "-")
+      lines.append(f"| {loss} | {d} | {e:g} | " + " | ".join(cells) + " |")
+  if speed is not None:
+    fused = [r for r in speed["rows"] if "fused" in r["variant"]]
+    lines += ["", f"One conversion step (d = {speed['dim']} logistic, batch {speed['batch']}) costs "
+              f"{_range([r['ratio_in_scan'] for r in fused])}× one non-private minibatch gradient "
+              f"step inside a `lax.scan` (criterion ≤ {speed['criterion']:g}×; {_machine(speed['machine'])}; "
+              "[`online_to_batch_speed.md`](benchmarks/results/online_to_batch_speed.md))."]
+  return lines
+
+
 def section() -> str:
   lines = [BEGIN, "", "Regenerate everything in this section (the last command rewrites it from the JSON "
            "results):", "", COMMANDS, ""]
@@ -266,6 +307,9 @@ def section() -> str:
     lines += speed_section(sp)
   if cv is not None:
     lines += convergence_section(cv)
+  ob = _load("online_to_batch_rates")
+  if ob is not None:
+    lines += online_to_batch_section(ob, _load("online_to_batch_speed"))
   lines += ["", END]
   return "\n".join(lines)
 

@@ -19,7 +19,9 @@ Modules (imports only point down):
   strongly convex learner, KT coin betting) as optax transforms;
 * :mod:`dpjax.tree_aggregation`: binary-tree noise for private prefix sums
   (buffered, regenerate and Honaker modes) and the :func:`tree_prefix_sum`
-  transform.
+  transform;
+* :mod:`dpjax.streaming`: single-pass streaming fits (DP online-to-batch and
+  its baselines) behind :func:`fit`.
 """
 
 from dpjax import accounting
@@ -30,6 +32,7 @@ from dpjax import online
 from dpjax import per_example
 from dpjax import solve
 from dpjax import spectral
+from dpjax import streaming
 from dpjax import training
 from dpjax import transforms
 from dpjax import tree_aggregation
@@ -77,6 +80,7 @@ __all__ = [
     "per_example",
     "solve",
     "spectral",
+    "streaming",
     "synthetic",
     "tail_average",
     "training",

@@ -8,14 +8,26 @@ conventions once.
 
 from __future__ import annotations
 
+import math
 import numbers
-from typing import Any
+import time
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+
+
+def positive_scalar(value: Any, name: str) -> Any:
+  """A Python number > 0, or a scalar float jax array (possibly traced).
+
+  Like :func:`budget_value`, for non-privacy scalars (a step size, a scale)
+  that may be vmapped over: a traced array is checked for shape and dtype
+  only, a concrete one also to be finite and > 0.
+  """
+  return budget_value(value, name)
 
 
 def budget_value(value: Any, name: str) -> Any:
@@ -30,7 +42,7 @@ def budget_value(value: Any, name: str) -> Any:
     if value.shape != () or not jnp.issubdtype(value.dtype, jnp.floating):
       raise TypeError(
           f"{name} must be a number or a scalar float array, got an array of shape "
-          f"{value.shape} and dtype {value.dtype}; vmap over privacy levels instead of "
+          f"{value.shape} and dtype {value.dtype}; vmap over the values instead of "
           "passing a vector."
       )
     if _validate.is_concrete(value):
@@ -142,3 +154,33 @@ def select(ok: jax.Array, new: Any, old: Any) -> Any:
 def float_dtype(params: Any) -> Any:
   """The float dtype of a transform's scalar state (sums, wealth, weights): the params'."""
   return jnp.result_type(*[jnp.asarray(leaf).dtype for leaf in jax.tree.leaves(params)])
+
+
+def compile_and_time(fn: Callable, args: tuple, timing_runs: int) -> tuple[Any, float, float]:
+  """``(outputs, seconds_compile, seconds_run)`` of a jitted ``fn`` on ``args``.
+
+  Lowering + compilation is timed apart from the runs; ``seconds_run`` is the
+  fastest of ``timing_runs`` executions, each until its results are ready.
+  """
+  t0 = time.perf_counter()
+  compiled = fn.lower(*args).compile()
+  seconds_compile = time.perf_counter() - t0
+  seconds_run, out = math.inf, None
+  for _ in range(timing_runs):
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(compiled(*args))
+    seconds_run = min(seconds_run, time.perf_counter() - t0)
+  return out, seconds_compile, seconds_run
+
+
+def check_host_float(x: np.ndarray, name: str = "x") -> None:
+  """``x`` is float32, or float64 with JAX's 64-bit mode on (never silently rounded)."""
+  if x.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+    raise TypeError(f"{name} must be float32 or float64, got {x.dtype}; use "
+                    f"{name}.astype(numpy.float32).")
+  if np.dtype(jax.dtypes.canonicalize_dtype(x.dtype)) != x.dtype:
+    raise TypeError(
+        f"{name} is {x.dtype} but JAX 64-bit mode is off, so it would be rounded to float32 (and "
+        "rounding can push a row norm above 1). Pass dpjax.data.clip_rows(x.astype(numpy.float32)), "
+        "or enable float64 with jax.config.update('jax_enable_x64', True)."
+    )

@@ -40,7 +40,7 @@ _JSON_FIELDS = (
     "algorithm", "epsilon", "delta", "rho", "accounting", "n", "d", "steps", "repeats",
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
     "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
-    "curvature_evaluations", "options", "auto_reason",
+    "curvature_evaluations", "options", "auto_reason", "batch_size", "loss",
 )
 
 # Command-line flag -> transform option of `fit` (passed only when given).
@@ -49,6 +49,10 @@ _OPTION_FLAGS = {
     "kappa": "--kappa",
     "curvature_frac": "--curvature-frac",
     "refresh_every": "--refresh-every",
+    "radius": "--radius",
+    "label_bound": "--label-bound",
+    "mu": "--mu",
+    "k": "--k",
 }
 
 
@@ -98,10 +102,13 @@ def _fit(args: argparse.Namespace) -> int:
   res = fit_lib.fit(
       ds, args.algorithm, epsilon=args.epsilon, rho=args.rho, delta=args.delta,
       steps=args.steps, repeats=args.repeats, seed=args.seed, accounting=args.accounting,
-      init=args.init, average=args.average, **options,
+      init=args.init, average=args.average, batch_size=args.batch_size, loss=args.loss,
+      **options,
   )
   resets = int(res.guard_resets.sum())
   label = f"{res.algorithm} (chosen by auto)" if args.algorithm == fit_lib.AUTO else res.algorithm
+  if res.batch_size:
+    label += f" ({res.loss}, single pass, batch {res.batch_size})"
   print(
       f"{label} on {name} (n={res.n}, d={res.d}): eps={res.epsilon:.4g} "
       f"delta={res.delta:.3g} rho={res.rho:.6g} ({res.accounting}), T={res.steps}, "
@@ -196,7 +203,8 @@ def _positive_int(text: str) -> int:
 
 def _build_parser() -> argparse.ArgumentParser:
   from dpjax import accounting
-  from dpjax.training import ALGORITHMS, AUTO, AVERAGES, INITS
+  from dpjax.training import ALGORITHMS, AUTO, AVERAGES, INITS, STREAMING_ALGORITHMS
+  from dpjax.streaming import LOSSES
 
   parser = _ArgumentParser(
       prog="dpjax", description="Differentially private convex optimisation in JAX."
@@ -211,9 +219,12 @@ def _build_parser() -> argparse.ArgumentParser:
   fit.add_argument("--data", required=True, metavar="PATH|synthetic",
                    help="LIBSVM file (plain, .gz or .bz2; paper preprocessing) or 'synthetic' "
                         "(dpjax.data.synthetic: n=10000, d=100)")
-  fit.add_argument("--algorithm", required=True, choices=ALGORITHMS + (AUTO,),
-                   help="the method; 'auto' chooses it and its steps and options from n, d "
-                        "and the budget only (dpjax.auto; no tuning on the data)")
+  fit.add_argument("--algorithm", required=True,
+                   choices=ALGORITHMS + STREAMING_ALGORITHMS + (AUTO,),
+                   help="the method; 'auto' chooses a full-batch one and its steps and options "
+                        "from n, d and the budget only (dpjax.auto; no tuning on the data); "
+                        f"{', '.join(STREAMING_ALGORITHMS)} make one pass in minibatches of "
+                        "--batch-size (dpjax.streaming)")
   budget = fit.add_mutually_exclusive_group(required=True)
   budget.add_argument("--epsilon", type=float, help="target epsilon (converted with --accounting)")
   budget.add_argument("--rho", type=float, help="total zCDP budget rho")
@@ -238,6 +249,20 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="precond-gd: share of the budget for the curvature release (default 0.03)")
   fit.add_argument("--refresh-every", type=int, default=None, dest="refresh_every",
                    help="precond-gd: release the curvature again every this many steps")
+  fit.add_argument("--batch-size", type=int, default=None, dest="batch_size",
+                   help="streaming algorithms: examples per step (required for them; --steps "
+                        "defaults to n // batch size)")
+  fit.add_argument("--loss", choices=LOSSES, default="logistic",
+                   help="logistic (default) or least_squares (streaming algorithms only)")
+  fit.add_argument("--radius", type=float, default=None,
+                   help="streaming algorithms: radius of the ball domain around 0 (default 1)")
+  fit.add_argument("--label-bound", type=float, default=None, dest="label_bound",
+                   help="least squares: public bound on |y| (default 1)")
+  fit.add_argument("--mu", type=float, default=None,
+                   help="otb-strongly-convex: strong convexity of the population loss")
+  fit.add_argument("--k", type=float, default=None,
+                   help="online-to-batch weight exponent, beta_t = t^k (default 1; 3 for "
+                        "otb-parameter-free)")
   fit.add_argument("--n-features", type=int, default=None,
                    help="LIBSVM: number of features (default: largest index in the file)")
   fit.add_argument("--positive-label", type=float, default=None,

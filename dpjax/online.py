@@ -379,7 +379,7 @@ class KTBettingState(NamedTuple):
 
 
 def kt_betting(
-    *, radius: float, scale: float, center: Any = None, initial_wealth: float = 1.0,
+    *, radius: float, scale: float | jax.Array, center: Any = None, initial_wealth: float = 1.0,
 ) -> optax.GradientTransformationExtraArgs:
   """Parameter-free KT coin betting on ``B(center, radius)`` (spec 2.4).
 
@@ -396,13 +396,14 @@ def kt_betting(
 
   Args:
     radius: the ball's radius (> 0).
-    scale: ``M`` (> 0), the public scale of the loss vectors.
+    scale: ``M`` (> 0; a scalar array may be traced), the public scale of the loss
+      vectors.
     center: ``x_1``, the betting origin and the ball's centre (default: the
       params at ``init``).
     initial_wealth: ``W_0 = eps_0`` (> 0), in units of ``scale``.
   """
   radius = _check_radius(radius)
-  scale = _validate.positive_float(scale, "scale")
+  scale = _common.positive_scalar(scale, "scale")
   initial_wealth = _validate.positive_float(initial_wealth, "initial_wealth")
 
   def init_fn(params):

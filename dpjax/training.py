@@ -24,7 +24,6 @@ import hashlib
 import inspect
 import math
 import numbers
-import time
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import jax
@@ -32,12 +31,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
 from dpjax import auto as auto_lib
 from dpjax import data as data_lib
 from dpjax import glm
 from dpjax import solve
+from dpjax import streaming
 from dpjax import transforms
 from dpjax.transforms import averaging
 
@@ -48,6 +49,7 @@ __all__ = [
     "INITS",
     "DEFAULT_GUARD_RADIUS",
     "SEPARABLE_RIDGE",
+    "STREAMING_ALGORITHMS",
     "FitResult",
     "fit",
     "fit_levels",
@@ -60,6 +62,9 @@ ALGORITHMS = ("dp-gd", "precond-gd", "hess-clip", "hess-add", "qu-clip", "qu-add
 # `algorithm=AUTO` lets dpjax.auto.choose pick one of ALGORITHMS and all its
 # hyperparameters from public quantities (n, d, the budget).
 AUTO = "auto"
+# Single-pass streaming algorithms (dpjax.streaming): DP online-to-batch and
+# its baselines, in minibatches of `batch_size`.
+STREAMING_ALGORITHMS = streaming.ALGORITHMS
 INITS = ("zeros", "random-unit")
 AVERAGES = averaging.AVERAGES
 
@@ -140,6 +145,16 @@ class FitResult(NamedTuple):
       ``"auto"`` chose; defaults not listed).
     auto_reason: for ``algorithm="auto"`` the chooser's one-line reason
       (``dpjax.auto.AutoChoice.reason``), else ``""``.
+    batch_size: examples per step of a streaming algorithm (``b``); 0 for the
+      full-batch algorithms.
+    loss: ``"logistic"`` or, for a streaming algorithm, ``"least_squares"``.
+
+  For a streaming algorithm (``STREAMING_ALGORITHMS``, :mod:`dpjax.streaming`)
+  ``losses[:, t]`` (``t < T``) is the mean loss of batch ``t`` before step
+  ``t`` (progressive validation) and ``losses[:, T]`` the full-data loss at
+  the output; ``gradient_evaluations`` counts minibatch steps; the divergence
+  guard is not used (every iterate is projected onto the ball), so
+  ``guard_resets`` is 0.
   """
 
   params: np.ndarray
@@ -169,6 +184,8 @@ class FitResult(NamedTuple):
   curvature_evaluations: int
   options: dict
   auto_reason: str
+  batch_size: int = 0
+  loss: str = "logistic"
 
 
 def _digest(a: np.ndarray) -> str:
@@ -223,9 +240,7 @@ def optimum_loss(x: Any, y: Any) -> tuple[float, float]:
 
 def _host_losses(params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
   """Mean logistic loss of each row of ``params`` [r, d], in float64 (stable softplus)."""
-  a = np.asarray(y, np.float64)[:, None] * np.asarray(x, np.float64)
-  margins = a @ np.asarray(params, np.float64).T  # [n, r]
-  return np.mean(np.logaddexp(0.0, -margins), axis=0)
+  return streaming.host_losses(params, x, y, "logistic")
 
 
 def _check_seed(seed: Any) -> int:
@@ -269,6 +284,8 @@ def fit(
     guard_radius: float = DEFAULT_GUARD_RADIUS,
     timing_runs: int = 1,
     average: str | None = None,
+    batch_size: int | None = None,
+    loss: str = "logistic",
     **algorithm_options: Any,
 ) -> FitResult:
   """Runs a private algorithm ``repeats`` times in one compiled call.
@@ -292,6 +309,13 @@ def fit(
   privacy) and runs what it picks; it takes no ``steps``, ``average`` or
   options. The result's ``algorithm``, ``steps``, ``average`` and
   ``options`` say what ran, ``auto_reason`` why.
+
+  **Streaming.** ``STREAMING_ALGORITHMS`` (``"otb"``, ``"otb-optimistic"``,
+  ``"otb-strongly-convex"``, ``"otb-parameter-free"``,
+  ``"single-pass-dp-sgd"``, ``"dp-ftrl"``) make a single pass over the data
+  in a seeded random order, ``batch_size`` fresh examples per step, on the
+  ball ``B(0, radius)``, for ``loss="logistic"`` or ``"least_squares"``; see
+  :mod:`dpjax.streaming` for their options, privacy and reporting.
 
   **Output.** ``average`` (one of ``AVERAGES``) picks what a run returns:
   ``"none"``, the final iterate ``w_T``; ``"last-half"`` / ``"last-quarter"``,
@@ -344,7 +368,7 @@ def fit(
   Args:
     data: ``dpjax.data.Dataset`` or ``(x, y)``: ``x`` float32 (or float64 with
       x64 enabled) ``[n, d]`` with row norms ``<= 1``; ``y`` in {-1, +1}.
-    algorithm: one of ``ALGORITHMS``.
+    algorithm: one of ``ALGORITHMS``, ``STREAMING_ALGORITHMS`` or ``"auto"``.
     epsilon: target epsilon (> 0), or
     rho: total zCDP budget (> 0).
     delta: in (0, 1); default ``1 / n**2``.
@@ -362,6 +386,9 @@ def fit(
       benchmarks pass 2 or more. Every execution draws the same noise (same
       keys), so the results do not depend on it.
     average: the output rule (see **Output**), or None for the default.
+    batch_size: streaming algorithms only (then required): ``b``, examples
+      per step; ``steps`` defaults to ``n // b`` and ``steps * b <= n``.
+    loss: ``"logistic"``; streaming algorithms also ``"least_squares"``.
     **algorithm_options: forwarded to the transform factory.
 
   Returns:
@@ -387,7 +414,18 @@ def fit(
     True
   """
   # --- Eager validation: nothing below compiles or runs before it passes.
-  algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS + (AUTO,))
+  algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS + STREAMING_ALGORITHMS + (AUTO,))
+  if algorithm in STREAMING_ALGORITHMS:
+    return _fit_stream(data, algorithm, epsilon=epsilon, rho=rho, delta=delta, steps=steps,
+                       repeats=repeats, seed=seed, accounting=accounting, init=init,
+                       guard_radius=guard_radius, timing_runs=timing_runs, average=average,
+                       batch_size=batch_size, loss=loss, options=algorithm_options)
+  if batch_size is not None:
+    raise TypeError(f"batch_size applies to the streaming algorithms {STREAMING_ALGORITHMS} "
+                    f"only; {algorithm!r} uses all n examples every step. Remove batch_size.")
+  if loss != "logistic":
+    raise ValueError(f"loss={loss!r}: the full-batch algorithms {ALGORITHMS} fit logistic "
+                     f"regression only; least squares runs with {STREAMING_ALGORITHMS}.")
   if algorithm == AUTO:
     n, d = _auto_shape(data, steps, average, algorithm_options)
     level = accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
@@ -405,6 +443,39 @@ def fit(
   rho, epsilon, delta = level
   make_transform(plan.algorithm, key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
   return _execute(plan, [(rho, epsilon, delta, accounting)], batched=False)[0]
+
+
+def _fit_stream(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting, init,
+                guard_radius, timing_runs, average, batch_size, loss, options) -> FitResult:
+  """``fit`` for a streaming algorithm (:mod:`dpjax.streaming`)."""
+  if init != "zeros":
+    raise ValueError(f"init={init!r}: the streaming algorithms start at w = 0, the centre of "
+                     "their ball domain; remove init.")
+  if guard_radius != DEFAULT_GUARD_RADIUS:
+    raise ValueError("guard_radius does not apply to the streaming algorithms: every iterate "
+                     "is projected onto the ball of radius `radius`; remove guard_radius.")
+  plan = streaming.check_plan(data, algorithm, batch_size=batch_size, steps=steps, loss=loss,
+                              repeats=repeats, average=average, options=options)
+  seed = _check_seed(seed)
+  timing_runs = _validate.positive_int(timing_runs, "timing_runs")
+  rho, epsilon, delta = accounting_lib.resolve_budget(plan.n, epsilon=epsilon, rho=rho,
+                                                      delta=delta, method=accounting)
+  streaming.check_transform(plan, rho)
+  out = streaming.execute(plan, rho=rho, seed=seed, timing_runs=timing_runs)
+  excess = out["excess_losses"]
+  se = float(np.std(excess, ddof=1) / math.sqrt(plan.repeats)) if plan.repeats > 1 else 0.0
+  return FitResult(
+      params=out["params"], losses=out["losses"], excess_losses=excess,
+      excess_loss_mean=float(np.mean(excess)), excess_loss_se=se,
+      loss_star=float(out["loss_star"]), ridge=float(out["ridge"]), rho=float(rho),
+      epsilon=float(epsilon), delta=float(delta), accounting=accounting, algorithm=algorithm,
+      n=int(plan.n), d=int(plan.d), steps=plan.steps, repeats=plan.repeats,
+      seconds_compile=out["seconds_compile"], seconds_run=out["seconds_run"],
+      guard_resets=np.zeros(plan.repeats, np.int64), rho_spent=out["rho_spent"],
+      opt_state=out["state"], average=plan.average,
+      final_excess_losses=out["final_excess_losses"], gradient_evaluations=plan.steps,
+      curvature_evaluations=0, options=dict(plan.options), auto_reason="",
+      batch_size=plan.batch_size, loss=plan.loss)
 
 
 def _auto_shape(data, steps, average, options) -> tuple[int, int]:
@@ -649,14 +720,7 @@ def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_r
     raise TypeError("fit runs on the host; pass concrete data, not values traced under jit.")
   x = np.asarray(jax.device_get(ds.x))
   y = np.asarray(jax.device_get(ds.y))
-  if x.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
-    raise TypeError(f"x must be float32 or float64, got {x.dtype}; use x.astype(numpy.float32).")
-  if np.dtype(jax.dtypes.canonicalize_dtype(x.dtype)) != x.dtype:
-    raise TypeError(
-        f"x is {x.dtype} but JAX 64-bit mode is off, so it would be rounded to float32 (and "
-        "rounding can push a row norm above 1). Pass dpjax.data.clip_rows(x.astype(numpy.float32)), "
-        "or enable float64 with jax.config.update('jax_enable_x64', True)."
-    )
+  _common.check_host_float(x)
   y = y.astype(x.dtype)  # labels are exactly +-1 in any float dtype.
   n, d = x.shape
   steps = _validate.positive_int(steps, "steps")
@@ -787,15 +851,7 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
     args = (keys, xj, yj)
   jax.block_until_ready(args)
 
-  t0 = time.perf_counter()
-  compiled = run.lower(*args).compile()
-  seconds_compile = time.perf_counter() - t0
-  seconds_run = math.inf
-  for _ in range(plan.timing_runs):
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(compiled(*args))
-    seconds_run = min(seconds_run, time.perf_counter() - t0)
-
+  out, seconds_compile, seconds_run = _common.compile_and_time(run, args, plan.timing_runs)
   out = jax.device_get(out)
   if not batched:
     out = jax.tree.map(lambda a: a[None], out)

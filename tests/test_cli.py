@@ -15,7 +15,7 @@ _JSON_FIELDS = {
     "algorithm", "epsilon", "delta", "rho", "accounting", "n", "d", "steps", "repeats",
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
     "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
-    "curvature_evaluations", "options", "auto_reason",
+    "curvature_evaluations", "options", "auto_reason", "batch_size", "loss",
 }
 
 
@@ -52,6 +52,23 @@ def test_fit_synthetic_writes_json(tmp_path, capsys):
                     accounting="cks")
   assert record["excess_losses"] == res.excess_losses.tolist()
   assert record["loss_star"] == res.loss_star
+
+
+def test_fit_streaming_least_squares_writes_json(tmp_path, capsys):
+  out = tmp_path / "otb.json"
+  argv = ["fit", "--data", "synthetic", "--algorithm", "otb-strongly-convex", "--epsilon", "2",
+          "--batch-size", "500", "--loss", "least_squares", "--mu", "0.01", "--radius", "2",
+          "--repeats", "2", "--json", str(out)]
+  assert cli.main(argv) == 0
+  line = capsys.readouterr().out.strip()
+  assert line.startswith("otb-strongly-convex (least_squares, single pass, batch 500) on synthetic")
+  record = json.loads(out.read_text())
+  assert set(record) == _JSON_FIELDS
+  assert (record["steps"], record["batch_size"], record["loss"]) == (20, 500, "least_squares")
+  assert record["options"] == {"mu": 0.01, "radius": 2.0}
+  res = fit_lib.fit(data.synthetic(0), "otb-strongly-convex", epsilon=2.0, batch_size=500,
+                    loss="least_squares", mu=0.01, radius=2.0, repeats=2)
+  assert record["excess_losses"] == res.excess_losses.tolist()
 
 
 def test_fit_precond_gd_and_dp_gd_options(tmp_path, capsys):
@@ -124,6 +141,7 @@ def _run(argv, capsys):
 
 
 _FIT = ["fit", "--data", "synthetic", "--algorithm", "hess-clip", "--steps", "2"]
+_OTB = ["fit", "--data", "synthetic", "--algorithm", "otb", "--epsilon", "1"]
 
 
 @pytest.mark.parametrize(
@@ -164,6 +182,13 @@ _FIT = ["fit", "--data", "synthetic", "--algorithm", "hess-clip", "--steps", "2"
           "5", "--curvature-frac", "1"], "curvature_frac must be in the open interval (0, 1)"),
         (["fit", "--data", "synthetic", "--algorithm", "precond-gd", "--epsilon", "1", "--steps",
           "5", "--refresh-every", "0"], "refresh_every must be >= 1"),
+        (_OTB + ["--batch-size", "0"], "batch_size must be >= 1"),
+        (_OTB + ["--batch-size", "10001"], "batch_size=10001 is larger than the n=10000"),
+        (_OTB, "pass batch_size"),
+        (_OTB + ["--batch-size", "10", "--loss", "hinge"], "invalid choice: 'hinge'"),
+        (_OTB + ["--batch-size", "10", "--kappa", "3"], "unknown option(s) ['kappa']"),
+        (_FIT + ["--epsilon", "1", "--batch-size", "10"], "batch_size applies to the streaming"),
+        (_FIT + ["--epsilon", "1", "--loss", "least_squares"], "logistic regression only"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, match, capsys):

@@ -22,6 +22,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import optax
 
+from dpjax import _common
 from dpjax import _validate
 from dpjax import minibatch
 from dpjax import tree_aggregation as ta
@@ -38,7 +39,7 @@ class DPFTRLState(NamedTuple):
 
 def dp_ftrl(
     *,
-    learning_rate: float,
+    learning_rate: float | jax.Array,
     batch_size: int,
     clip_norm: float,
     steps: int | None = None,
@@ -56,7 +57,8 @@ def dp_ftrl(
   """DP-FTRL: ``update(None, state, params, *, batch)`` returns ``theta_{t+1} - params``.
 
   Args:
-    learning_rate: ``eta`` (> 0), in units of the mean gradient.
+    learning_rate: ``eta`` (> 0; a scalar array may be traced), in units of the mean
+      gradient.
     batch_size: ``b`` (> 0), the public batch size of every step.
     clip_norm: ``C`` (> 0), the per-example gradient clip norm.
     steps / num_levels: the tree's horizon or levels (exactly one).
@@ -83,7 +85,7 @@ def dp_ftrl(
     >>> round(accounting.spent_rho(state.prefix.accountant), 12)
     1.0
   """
-  learning_rate = _validate.positive_float(learning_rate, "learning_rate")
+  learning_rate = _common.positive_scalar(learning_rate, "learning_rate")
   batch_size = _validate.positive_int(batch_size, "batch_size")
   clip_norm = _validate.positive_float(clip_norm, "clip_norm")
   loss, loss_fn = minibatch.check_loss(loss, loss_fn)

@@ -45,7 +45,7 @@ class SinglePassDPSGDState(NamedTuple):
 
 def single_pass_dp_sgd(
     *,
-    learning_rate: float,
+    learning_rate: float | jax.Array,
     batch_size: int,
     clip_norm: float,
     rho: float | jax.Array,
@@ -60,7 +60,8 @@ def single_pass_dp_sgd(
   """Single-pass DP-SGD: ``update(None, state, params, *, batch)`` returns ``theta_{t+1} - params``.
 
   Args:
-    learning_rate: ``eta`` (> 0), in units of the mean gradient.
+    learning_rate: ``eta`` (> 0; a scalar array may be traced), in units of the mean
+      gradient.
     batch_size: ``b`` (> 0), the public batch size.
     clip_norm: ``C`` (> 0), the per-example gradient clip norm.
     rho: the zCDP budget of the whole single pass (charged once).
@@ -86,7 +87,7 @@ def single_pass_dp_sgd(
     >>> round(accounting.spent_rho(state.accountant), 12)  # one pass: rho, not 10 rho
     0.5
   """
-  learning_rate = _validate.positive_float(learning_rate, "learning_rate")
+  learning_rate = _common.positive_scalar(learning_rate, "learning_rate")
   batch_size = _validate.positive_int(batch_size, "batch_size")
   clip_norm = _validate.positive_float(clip_norm, "clip_norm")
   rho = _common.budget_value(rho, "rho")
