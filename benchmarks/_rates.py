@@ -20,7 +20,7 @@ pass of ``T = n / b`` steps at every epsilon (``delta = n^-1.1``, the exact
 ``"gaussian"`` conversion), 10 seeds, all in one ``jit`` of a ``vmap`` over
 (epsilon, seed) lanes (and the step-size grid of the baselines). The
 conversions use their public defaults (no tuning). The baselines' step is the
-best of ``{4^-3, ..., 4^3} x`` their public default, chosen per cell on the same
+best of ``{4^-3, ..., 4^5} x`` their public default, chosen per cell on the same
 runs: a non-private selection that favours the baselines.
 
 Each seed draws its own data stream; all epsilons and methods of a seed see
@@ -51,7 +51,7 @@ BATCH = 10
 METHODS = ("otb", "otb-optimistic", "otb-strongly-convex", "otb-parameter-free",
            "single-pass-dp-sgd", "dp-ftrl")
 BASELINES = ("single-pass-dp-sgd", "dp-ftrl")
-LR_MULTIPLIERS = (1 / 64, 1 / 16, 0.25, 1.0, 4.0, 16.0, 64.0)
+LR_MULTIPLIERS = tuple(4.0**j for j in range(-3, 6))  # 1/64 .. 1024
 W_STAR_NORM = 0.5
 NOISE_HALF_WIDTH = 0.5  # least squares: xi ~ U[-0.5, 0.5].
 TEST_POINTS = 1 << 15
