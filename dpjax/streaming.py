@@ -478,9 +478,3 @@ def check_transform(plan: StreamPlan, rho: float) -> None:
   """Builds the transform once on the host, so its own checks run before compiling."""
   make_transform(plan.algorithm, d=plan.d, batch_size=plan.batch_size, steps=plan.steps, rho=rho,
                  loss=plan.loss, key=0, **plan.options)
-
-
-def option_names(algorithm: str) -> tuple[str, ...]:
-  """The options a streaming algorithm accepts."""
-  return _OPTIONS[_validate.choice(algorithm, "algorithm", ALGORITHMS)]
-

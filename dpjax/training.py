@@ -238,11 +238,6 @@ def optimum_loss(x: Any, y: Any) -> tuple[float, float]:
   return value
 
 
-def _host_losses(params: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-  """Mean logistic loss of each row of ``params`` [r, d], in float64 (stable softplus)."""
-  return streaming.host_losses(params, x, y, "logistic")
-
-
 def _check_seed(seed: Any) -> int:
   if isinstance(seed, bool) or not isinstance(seed, (numbers.Integral, np.integer)):
     raise TypeError(f"seed must be an integer, got {type(seed).__name__}.")
@@ -858,7 +853,8 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
   # Every level's output and final-iterate losses in one float64 pass (one
   # conversion of x).
   points = np.stack([np.asarray(out[0]), np.asarray(out[1])])  # [2, levels, repeats, d]
-  all_losses = _host_losses(points.reshape(-1, d), x, y).reshape(points.shape[:3]) - loss_star
+  all_losses = streaming.host_losses(points.reshape(-1, d), x, y, "logistic")
+  all_losses = all_losses.reshape(points.shape[:3]) - loss_star
   results = []
   for i, (rho, epsilon, delta, method) in enumerate(levels):
     params, _, losses, resets, state = jax.tree.map(lambda a: a[i], out)
