@@ -2,15 +2,23 @@
 
 Modules (imports only point down):
 
-* :mod:`dpjax.accounting`: the zCDP accountant pytree and (eps, delta) conversions;
+* :mod:`dpjax.accounting`: the accountant pytree (zCDP total, RDP curve of the
+  Poisson-subsampled Gaussian, truncation slack) and (eps, delta) conversions;
+* :mod:`dpjax.sampling`: fixed-shape Poisson minibatch sampling;
 * :mod:`dpjax.spectral`: the eigenvalue modification Psi_lambda (clip / add);
 * :mod:`dpjax.glm`, :mod:`dpjax.per_example`: fused GLM curvature; generic
   per-example gradients and Hessians with clipping;
 * :mod:`dpjax.data`, :mod:`dpjax.solve`: datasets and the privacy contract;
   the exact non-private optimum and excess loss;
+* :mod:`dpjax.losses`: per-example convex losses with their public constants
+  (L2-regularised logistic, pseudo-Huber, Poisson regression) for the
+  general-loss DP-GD and Newton;
 * :mod:`dpjax.transforms`: the private optimizers as optax transforms
-  (:func:`dp_gd`, :func:`dp_precond_gd`, :func:`dp_newton`, and
-  :func:`tail_average` for any of them);
+  (:func:`dp_gd`, :func:`dp_sgd`, :func:`dp_precond_gd`, :func:`dp_newton`,
+  its minibatch variant, :func:`cubic_newton`, and :func:`tail_average` for
+  any of them);
+* :mod:`dpjax.baselines`: the paper's baselines (AOP, damped Newton,
+  DP-GD-Oracle), each stating whether it is private;
 * :mod:`dpjax.training`: :func:`fit`, a whole private run compiled into one
   ``lax.scan``, vmapped over repeats;
 * :mod:`dpjax.minibatch`: per-example clipped sums (and gradient differences)
@@ -21,15 +29,22 @@ Modules (imports only point down):
   (buffered, regenerate and Honaker modes) and the :func:`tree_prefix_sum`
   transform;
 * :mod:`dpjax.streaming`: single-pass streaming fits (DP online-to-batch and
-  its baselines) behind :func:`fit`.
+  its baselines) behind :func:`fit`;
+* :mod:`dpjax.drivers`: the compiled runs behind :func:`fit` for the
+  Poisson-minibatch methods, cubic Newton, the general losses and the
+  baselines.
 """
 
 from dpjax import accounting
+from dpjax import baselines
 from dpjax import data
+from dpjax import drivers
 from dpjax import glm
+from dpjax import losses
 from dpjax import minibatch
 from dpjax import online
 from dpjax import per_example
+from dpjax import sampling
 from dpjax import solve
 from dpjax import spectral
 from dpjax import streaming
@@ -44,11 +59,15 @@ from dpjax.transforms import (
     DPGDState,
     DPNewtonState,
     DPPrecondGDState,
+    DPSGDState,
     OnlineToBatchState,
     averaged_params,
+    cubic_newton,
     dp_gd,
     dp_newton,
+    dp_newton_minibatch,
     dp_precond_gd,
+    dp_sgd,
     online_to_batch,
     tail_average,
 )
@@ -60,24 +79,32 @@ __all__ = [
     "DPGDState",
     "DPNewtonState",
     "DPPrecondGDState",
+    "DPSGDState",
     "Dataset",
     "FitResult",
     "OnlineToBatchState",
     "TreeAggregationState",
     "accounting",
     "averaged_params",
+    "baselines",
+    "cubic_newton",
     "data",
+    "drivers",
     "dp_gd",
     "dp_newton",
+    "dp_newton_minibatch",
     "dp_precond_gd",
+    "dp_sgd",
     "epsilon_to_zcdp",
     "fit",
     "glm",
     "load_libsvm",
+    "losses",
     "minibatch",
     "online",
     "online_to_batch",
     "per_example",
+    "sampling",
     "solve",
     "spectral",
     "streaming",

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import optax
 import numpy as np
 
 from dpjax import _validate
@@ -149,6 +150,20 @@ def gate(count: jax.Array, steps: int | None, name: str) -> jax.Array:
 def select(ok: jax.Array, new: Any, old: Any) -> Any:
   """``new`` where ``ok`` else ``old``, leaf by leaf (exact: a select, no arithmetic)."""
   return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
+
+
+def gated(ok: jax.Array, state: Any, accountant: Any) -> dict:
+  """The gate's bookkeeping fields of a transform state after one (possibly refused) step.
+
+  ``count`` advances and ``accountant`` (the charged one) is kept only where
+  ``ok``; ``budget_exhausted`` records a refused step. Splat into the state:
+  ``State(**_common.gated(ok, state, charged), key=..., ...)``.
+  """
+  return dict(
+      count=jnp.where(ok, optax.safe_increment(state.count), state.count),
+      accountant=select(ok, accountant, state.accountant),
+      budget_exhausted=jnp.logical_or(state.budget_exhausted, jnp.logical_not(ok)),
+  )
 
 
 def float_dtype(params: Any) -> Any:

@@ -40,7 +40,8 @@ _JSON_FIELDS = (
     "algorithm", "epsilon", "delta", "rho", "accounting", "n", "d", "steps", "repeats",
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
     "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
-    "curvature_evaluations", "options", "auto_reason", "batch_size", "loss",
+    "curvature_evaluations", "options", "auto_reason", "batch_size", "loss", "private",
+    "curvature_batch_size",
 )
 
 # Command-line flag -> transform option of `fit` (passed only when given).
@@ -53,6 +54,9 @@ _OPTION_FLAGS = {
     "label_bound": "--label-bound",
     "mu": "--mu",
     "k": "--k",
+    "min_eigenvalue": "--min-eigenvalue",
+    "clip_norm": "--clip-norm",
+    "max_inner_steps": "--max-inner-steps",
 }
 
 
@@ -99,19 +103,32 @@ def _fit(args: argparse.Namespace) -> int:
       raise _UsageError(f"--json {args.json!r}: folder {folder!r} does not exist")
   ds, name = _load(args)
   options = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
+  extra = {}
+  if args.curvature_batch_size is not None:
+    extra["curvature_batch_size"] = args.curvature_batch_size
+  if args.loss_option:
+    extra["loss_options"] = _loss_options(args.loss_option)
   res = fit_lib.fit(
       ds, args.algorithm, epsilon=args.epsilon, rho=args.rho, delta=args.delta,
       steps=args.steps, repeats=args.repeats, seed=args.seed, accounting=args.accounting,
       init=args.init, average=args.average, batch_size=args.batch_size, loss=args.loss,
-      **options,
+      **extra, **options,
   )
   resets = int(res.guard_resets.sum())
   label = f"{res.algorithm} (chosen by auto)" if args.algorithm == fit_lib.AUTO else res.algorithm
-  if res.batch_size:
+  if res.algorithm in fit_lib.STREAMING_ALGORITHMS:
     label += f" ({res.loss}, single pass, batch {res.batch_size})"
+  elif res.batch_size:
+    label += f" (Poisson batches of expected size {res.batch_size}"
+    label += (f", curvature {res.curvature_batch_size})" if res.curvature_batch_size else ")")
+  elif res.loss != "logistic":
+    label += f" ({res.loss})"
+  if not res.private:
+    label += " [NOT PRIVATE: a non-private baseline]"
+  rho_text = "n/a" if res.rho is None else f"{res.rho:.6g}"
   print(
       f"{label} on {name} (n={res.n}, d={res.d}): eps={res.epsilon:.4g} "
-      f"delta={res.delta:.3g} rho={res.rho:.6g} ({res.accounting}), T={res.steps}, "
+      f"delta={res.delta:.3g} rho={rho_text} ({res.accounting}), T={res.steps}, "
       f"output {res.average}, {res.repeats} repeats: excess loss {res.excess_loss_mean:.4g} +- "
       f"{res.excess_loss_se:.2g} (loss* {res.loss_star:.6f}); compile {res.seconds_compile:.2f} s, "
       f"run {res.seconds_run:.3f} s; guard resets {resets}"
@@ -125,6 +142,19 @@ def _fit(args: argparse.Namespace) -> int:
       json.dump(record, f, indent=2)
       f.write("\n")
   return 0
+
+
+def _loss_options(items: Sequence[str]) -> dict:
+  out = {}
+  for item in items:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+      raise _UsageError(f"--loss-option {item!r}: expected KEY=VALUE, e.g. delta=1.0")
+    try:
+      out[key] = float(value)
+    except ValueError:
+      raise _UsageError(f"--loss-option {item!r}: the value must be a number") from None
+  return out
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -203,8 +233,10 @@ def _positive_int(text: str) -> int:
 
 def _build_parser() -> argparse.ArgumentParser:
   from dpjax import accounting
-  from dpjax.training import ALGORITHMS, AUTO, AVERAGES, INITS, STREAMING_ALGORITHMS
+  from dpjax.training import (ALGORITHMS, AUTO, AVERAGES, DRIVER_ALGORITHMS, INITS,
+                              STREAMING_ALGORITHMS)
   from dpjax.streaming import LOSSES
+  from dpjax.losses import LOSSES as GENERAL_LOSSES
 
   parser = _ArgumentParser(
       prog="dpjax", description="Differentially private convex optimisation in JAX."
@@ -220,11 +252,13 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="LIBSVM file (plain, .gz or .bz2; paper preprocessing) or 'synthetic' "
                         "(dpjax.data.synthetic: n=10000, d=100)")
   fit.add_argument("--algorithm", required=True,
-                   choices=ALGORITHMS + STREAMING_ALGORITHMS + (AUTO,),
+                   choices=ALGORITHMS + STREAMING_ALGORITHMS + DRIVER_ALGORITHMS + (AUTO,),
                    help="the method; 'auto' chooses a full-batch one and its steps and options "
                         "from n, d and the budget only (dpjax.auto; no tuning on the data); "
                         f"{', '.join(STREAMING_ALGORITHMS)} make one pass in minibatches of "
-                        "--batch-size (dpjax.streaming)")
+                        "--batch-size (dpjax.streaming); dp-sgd and newton-minibatch sample "
+                        "Poisson batches of expected size --batch-size; damped-newton and "
+                        "dp-gd-oracle are NOT private (baselines, dpjax.baselines)")
   budget = fit.add_mutually_exclusive_group(required=True)
   budget.add_argument("--epsilon", type=float, help="target epsilon (converted with --accounting)")
   budget.add_argument("--rho", type=float, help="total zCDP budget rho")
@@ -251,15 +285,37 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="precond-gd: release the curvature again every this many steps")
   fit.add_argument("--batch-size", type=int, default=None, dest="batch_size",
                    help="streaming algorithms: examples per step (required for them; --steps "
-                        "defaults to n // batch size)")
-  fit.add_argument("--loss", choices=LOSSES, default="logistic",
-                   help="logistic (default) or least_squares (streaming algorithms only)")
+                        "defaults to n // batch size); dp-sgd, newton-minibatch: the expected "
+                        "Poisson batch size (required)")
+  fit.add_argument("--curvature-batch-size", type=int, default=None,
+                   dest="curvature_batch_size",
+                   help="newton-minibatch: expected size of the curvature sample (default "
+                        "--batch-size)")
+  fit.add_argument("--loss", choices=tuple(dict.fromkeys(LOSSES + GENERAL_LOSSES)),
+                   default="logistic",
+                   help="logistic (default); least_squares (streaming algorithms); "
+                        "l2_logistic, pseudo_huber, poisson (dp-gd, hess-add, qu-add; "
+                        "dpjax.losses)")
+  fit.add_argument("--loss-option", action="append", default=None, dest="loss_option",
+                   metavar="KEY=VALUE",
+                   help="a public parameter of a dpjax.losses loss, e.g. regularization=1e-3, "
+                        "delta=1.0, radius=1, label_bound=5 (repeatable)")
+  fit.add_argument("--min-eigenvalue", type=float, default=None, dest="min_eigenvalue",
+                   help="Newton: a fixed minimum eigenvalue lambda (required by "
+                        "newton-minibatch and by Newton on a non-logistic loss; full-batch "
+                        "logistic default: adaptive)")
+  fit.add_argument("--clip-norm", type=float, default=None, dest="clip_norm",
+                   help="dp-sgd and the streaming baselines: per-example clip norm")
+  fit.add_argument("--max-inner-steps", type=int, default=None, dest="max_inner_steps",
+                   help="cubic-newton: cap on the inner DPSolver steps (privacy unaffected)")
   fit.add_argument("--radius", type=float, default=None,
-                   help="streaming algorithms: radius of the ball domain around 0 (default 1)")
+                   help="streaming algorithms: radius of the ball domain around 0 (default "
+                        "1); cubic-newton: its ball domain (default 10)")
   fit.add_argument("--label-bound", type=float, default=None, dest="label_bound",
                    help="least squares: public bound on |y| (default 1)")
   fit.add_argument("--mu", type=float, default=None,
-                   help="otb-strongly-convex: strong convexity of the population loss")
+                   help="otb-strongly-convex: strong convexity of the population loss; "
+                        "cubic-newton: the ridge mu of its L2-regularised logistic loss")
   fit.add_argument("--k", type=float, default=None,
                    help="online-to-batch weight exponent, beta_t = t^k (default 1; 3 for "
                         "otb-parameter-free)")

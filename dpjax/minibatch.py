@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpjax import _validate
 
@@ -113,10 +114,32 @@ def _scales(norms: jax.Array, bound: jax.Array) -> jax.Array:
   return jnp.minimum(1.0, bound / jnp.where(norms > 0, norms, 1.0))
 
 
+def _check_mask(mask: Any, b: int) -> jax.Array:
+  """A ``[b]`` bool mask from a bool or 0/1 number array (static checks; values when concrete)."""
+  if not isinstance(mask, (jax.Array, np.ndarray)):
+    raise TypeError(f"mask must be a bool or 0/1 array of shape ({b},) (numpy or jax), got "
+                    f"{type(mask).__name__}.")
+  shape = tuple(jnp.shape(mask))
+  if shape != (b,):
+    raise ValueError(f"mask has shape {shape} but the batch has {b} examples; pass one entry "
+                     "per example (True/1: included, False/0: contributes nothing).")
+  mask = jnp.asarray(mask)
+  if mask.dtype == jnp.bool_:
+    return mask
+  if not (jnp.issubdtype(mask.dtype, jnp.integer) or jnp.issubdtype(mask.dtype, jnp.floating)):
+    raise TypeError(f"mask must be bool or a 0/1 number array, got dtype {mask.dtype}.")
+  if _validate.is_concrete(mask):
+    values = jax.device_get(mask)
+    if not ((values == 0) | (values == 1)).all():
+      raise ValueError("mask must hold only 0/1 (or True/False): it selects examples and does not "
+                       "weight them (a weight > 1 would break the clip-norm sensitivity).")
+  return mask != 0
+
+
 def clipped_sum(params: Any, batch: Any, *, bound: Any, loss: str | None = None,
                 loss_fn: Callable[[Any, Any], jax.Array] | None = None,
-                prev_params: Any = None, a: Any = 0.0) -> Any:
-  """``sum_z clip(grad l(params, z) - a grad l(prev_params, z), bound)``.
+                prev_params: Any = None, a: Any = 0.0, mask: Any = None) -> Any:
+  """``sum_z mask_z clip(grad l(params, z) - a grad l(prev_params, z), bound)``.
 
   Args:
     params: the point ``x`` (a vector for the GLM path).
@@ -129,14 +152,32 @@ def clipped_sum(params: Any, batch: Any, *, bound: Any, loss: str | None = None,
     a: the weight of the second gradient (a scalar, may be traced). Where it
       is exactly 0 the gradient at ``x'`` is masked out (``where``), so a NaN
       there cannot leak into the sum (pitfall P2).
+    mask: optional ``[b]`` bool (or 0/1) array; may be traced. An example
+      whose entry is False/0 contributes exactly 0 (selected out with
+      ``where``, so even a NaN or inf in its row cannot leak), e.g. the padded
+      slots of a capped Poisson sample (:func:`dpjax.sampling.sample`).
+      Default: every example is included.
 
   Returns:
     The clipped sum, shaped like ``params``.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from dpjax import minibatch
+    >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]]); y = jnp.array([1.0, -1.0])
+    >>> mask = jnp.array([True, False])
+    >>> minibatch.clipped_sum(jnp.zeros(2), (x, y), bound=0.1, loss="logistic", mask=mask).tolist()
+    [-0.10000000149011612, 0.0]
   """
   loss, loss_fn = check_loss(loss, loss_fn)
   a = jnp.asarray(a)
+  keep = None
+  if mask is not None:
+    keep = _check_mask(mask, batch_size_of(batch, loss is not None))
   if loss is not None:
     xs, ys = batch
+    if keep is not None:  # masked rows become zeros: exactly nothing flows from them.
+      xs = jnp.where(keep[:, None], xs, jnp.zeros((), xs.dtype))
     coef = _glm_coefficient(loss)
     if prev_params is None:
       e = coef(xs @ params, ys)
@@ -144,12 +185,19 @@ def clipped_sum(params: Any, batch: Any, *, bound: Any, loss: str | None = None,
       m = xs @ jnp.stack([params, prev_params], axis=1)  # one pass: both margins.
       e = coef(m[:, 0], ys) - jnp.where(a == 0, 0.0, a * coef(m[:, 1], ys))
     s = _scales(jnp.abs(e) * jnp.linalg.norm(xs, axis=1), bound)
-    return (e * s) @ xs
+    w = e * s
+    if keep is not None:
+      w = jnp.where(keep, w, jnp.zeros((), w.dtype))
+    return w @ xs
   grad = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0))
   v = grad(params, batch)
   if prev_params is not None:
     g_prev = grad(prev_params, batch)
     v = jax.tree.map(lambda g, p: g - jnp.where(a == 0, 0.0, a * p), v, g_prev)
+  if keep is not None:
+    v = jax.tree.map(
+        lambda leaf: jnp.where(keep.reshape((-1,) + (1,) * (leaf.ndim - 1)), leaf,
+                               jnp.zeros((), leaf.dtype)), v)
   norms = jnp.sqrt(sum(jnp.sum(jnp.square(leaf.reshape(leaf.shape[0], -1)), axis=1)
                        for leaf in jax.tree.leaves(v)))
   s = _scales(norms, bound)

@@ -36,6 +36,7 @@ from dpjax import _validate
 from dpjax import accounting as accounting_lib
 from dpjax import auto as auto_lib
 from dpjax import data as data_lib
+from dpjax import drivers
 from dpjax import glm
 from dpjax import solve
 from dpjax import streaming
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_GUARD_RADIUS",
     "SEPARABLE_RIDGE",
     "STREAMING_ALGORITHMS",
+    "DRIVER_ALGORITHMS",
     "FitResult",
     "fit",
     "fit_levels",
@@ -65,6 +67,9 @@ AUTO = "auto"
 # Single-pass streaming algorithms (dpjax.streaming): DP online-to-batch and
 # its baselines, in minibatches of `batch_size`.
 STREAMING_ALGORITHMS = streaming.ALGORITHMS
+# Poisson-minibatch methods, private cubic Newton and the paper's baselines
+# (dpjax.drivers); DP-GD and Newton-add also take a non-logistic loss there.
+DRIVER_ALGORITHMS = drivers.ALGORITHMS
 INITS = ("zeros", "random-unit")
 AVERAGES = averaging.AVERAGES
 
@@ -145,9 +150,22 @@ class FitResult(NamedTuple):
       ``"auto"`` chose; defaults not listed).
     auto_reason: for ``algorithm="auto"`` the chooser's one-line reason
       (``dpjax.auto.AutoChoice.reason``), else ``""``.
-    batch_size: examples per step of a streaming algorithm (``b``); 0 for the
-      full-batch algorithms.
-    loss: ``"logistic"`` or, for a streaming algorithm, ``"least_squares"``.
+    batch_size: examples per step of a streaming algorithm (``b``), or the
+      expected Poisson batch size of ``"dp-sgd"`` / ``"newton-minibatch"``
+      (their gradient sample); 0 for the full-batch algorithms.
+    loss: ``"logistic"``; ``"least_squares"`` for a streaming algorithm; a
+      :data:`dpjax.losses.LOSSES` name for a general-loss fit;
+      ``"l2_logistic"`` for ``"cubic-newton"``.
+    private: False only for the non-private baselines ``"damped-newton"`` and
+      ``"dp-gd-oracle"`` (:mod:`dpjax.baselines`), whose step sizes read the
+      data without noise; their ``epsilon`` then only describes the noise.
+    curvature_batch_size: the expected curvature sample of
+      ``"newton-minibatch"``; 0 otherwise.
+
+  ``rho`` is ``None`` for the runs not calibrated in zCDP: the RDP-accounted
+  Poisson methods (``accounting == "rdp"``, ``epsilon`` is the calibration
+  target; their accountants hold the RDP curve, ``rho_spent`` is 0) and AOP
+  (an (epsilon, delta) mechanism; ``steps`` 0, ``losses`` ``[repeats, 1]``).
 
   For a streaming algorithm (``STREAMING_ALGORITHMS``, :mod:`dpjax.streaming`)
   ``losses[:, t]`` (``t < T``) is the mean loss of batch ``t`` before step
@@ -164,7 +182,7 @@ class FitResult(NamedTuple):
   excess_loss_se: float
   loss_star: float
   ridge: float
-  rho: float
+  rho: float | None
   epsilon: float
   delta: float
   accounting: str
@@ -186,6 +204,8 @@ class FitResult(NamedTuple):
   auto_reason: str
   batch_size: int = 0
   loss: str = "logistic"
+  private: bool = True
+  curvature_batch_size: int = 0
 
 
 def _digest(a: np.ndarray) -> str:
@@ -281,6 +301,8 @@ def fit(
     average: str | None = None,
     batch_size: int | None = None,
     loss: str = "logistic",
+    curvature_batch_size: int | None = None,
+    loss_options: dict | None = None,
     **algorithm_options: Any,
 ) -> FitResult:
   """Runs a private algorithm ``repeats`` times in one compiled call.
@@ -311,6 +333,19 @@ def fit(
   in a seeded random order, ``batch_size`` fresh examples per step, on the
   ball ``B(0, radius)``, for ``loss="logistic"`` or ``"least_squares"``; see
   :mod:`dpjax.streaming` for their options, privacy and reporting.
+
+  **Minibatch, cubic Newton, general losses, baselines** (:mod:`dpjax.drivers`):
+  ``"dp-sgd"`` and ``"newton-minibatch"`` sample a Poisson minibatch of
+  expected size ``batch_size`` (and, for Newton, an independent curvature
+  sample of expected size ``curvature_batch_size``) and are calibrated to
+  ``epsilon`` with the RDP accountant; ``"cubic-newton"`` (options ``mu``,
+  ``radius``, ``max_inner_steps``) minimises the L2-regularised logistic
+  loss on a ball; ``"aop"``, ``"damped-newton"`` (not private),
+  ``"damped-newton-private"`` and ``"dp-gd-oracle"`` (not private) are the
+  paper's baselines (:mod:`dpjax.baselines`). ``"dp-gd"``, ``"hess-add"`` and
+  ``"qu-add"`` also fit any loss of :data:`dpjax.losses.LOSSES`
+  (``loss="pseudo_huber"``, ``loss_options={"delta": 1.0}``, ...) through
+  per-example clipping.
 
   **Output.** ``average`` (one of ``AVERAGES``) picks what a run returns:
   ``"none"``, the final iterate ``w_T``; ``"last-half"`` / ``"last-quarter"``,
@@ -383,7 +418,12 @@ def fit(
     average: the output rule (see **Output**), or None for the default.
     batch_size: streaming algorithms only (then required): ``b``, examples
       per step; ``steps`` defaults to ``n // b`` and ``steps * b <= n``.
-    loss: ``"logistic"``; streaming algorithms also ``"least_squares"``.
+    loss: ``"logistic"``; streaming algorithms also ``"least_squares"``;
+      ``"dp-gd"``, ``"hess-add"``, ``"qu-add"`` any of ``dpjax.losses.LOSSES``.
+    curvature_batch_size: ``"newton-minibatch"`` only: the expected size of
+      its curvature sample (default ``batch_size``).
+    loss_options: the public parameters of a non-logistic ``loss``
+      (:func:`dpjax.losses.get_loss`, e.g. ``{"regularization": 1e-3}``).
     **algorithm_options: forwarded to the transform factory.
 
   Returns:
@@ -409,7 +449,19 @@ def fit(
     True
   """
   # --- Eager validation: nothing below compiles or runs before it passes.
-  algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS + STREAMING_ALGORITHMS + (AUTO,))
+  algorithm = _validate.choice(algorithm, "algorithm",
+                               ALGORITHMS + STREAMING_ALGORITHMS + DRIVER_ALGORITHMS + (AUTO,))
+  if algorithm in DRIVER_ALGORITHMS or (
+      algorithm in drivers.GENERAL_LOSS_ALGORITHMS and loss in drivers.losses_lib.LOSSES
+      and loss != "logistic"):
+    return _fit_driver(data, algorithm, epsilon=epsilon, rho=rho, delta=delta, steps=steps,
+                       repeats=repeats, seed=seed, accounting=accounting, init=init,
+                       guard_radius=guard_radius, timing_runs=timing_runs, average=average,
+                       batch_size=batch_size, curvature_batch_size=curvature_batch_size,
+                       loss=loss, loss_options=loss_options, options=algorithm_options)
+  if curvature_batch_size is not None or loss_options is not None:
+    raise TypeError("curvature_batch_size applies to 'newton-minibatch' and loss_options to a "
+                    "non-logistic loss with dp-gd / hess-add / qu-add; remove them.")
   if algorithm in STREAMING_ALGORITHMS:
     return _fit_stream(data, algorithm, epsilon=epsilon, rho=rho, delta=delta, steps=steps,
                        repeats=repeats, seed=seed, accounting=accounting, init=init,
@@ -419,8 +471,10 @@ def fit(
     raise TypeError(f"batch_size applies to the streaming algorithms {STREAMING_ALGORITHMS} "
                     f"only; {algorithm!r} uses all n examples every step. Remove batch_size.")
   if loss != "logistic":
-    raise ValueError(f"loss={loss!r}: the full-batch algorithms {ALGORITHMS} fit logistic "
-                     f"regression only; least squares runs with {STREAMING_ALGORITHMS}.")
+    raise ValueError(f"loss={loss!r}: the full-batch algorithm {algorithm!r} fits logistic "
+                     f"regression; least squares runs with {STREAMING_ALGORITHMS}, and "
+                     f"{drivers.GENERAL_LOSS_ALGORITHMS} take a loss of dpjax.losses.LOSSES "
+                     f"{drivers.losses_lib.LOSSES}.")
   if algorithm == AUTO:
     n, d = _auto_shape(data, steps, average, algorithm_options)
     level = accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
@@ -471,6 +525,37 @@ def _fit_stream(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, a
       final_excess_losses=out["final_excess_losses"], gradient_evaluations=plan.steps,
       curvature_evaluations=0, options=dict(plan.options), auto_reason="",
       batch_size=plan.batch_size, loss=plan.loss)
+
+
+def _fit_driver(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting, init,
+                guard_radius, timing_runs, average, batch_size, curvature_batch_size, loss,
+                loss_options, options) -> FitResult:
+  """``fit`` for :data:`DRIVER_ALGORITHMS` and the general losses (:mod:`dpjax.drivers`)."""
+  if init != "zeros":
+    raise ValueError(f"init={init!r}: {algorithm!r} starts at w = 0; remove init.")
+  seed = _check_seed(seed)
+  out = drivers.run(data, algorithm, epsilon=epsilon, rho=rho, delta=delta, steps=steps,
+                    repeats=repeats, seed=seed, accounting=accounting, timing_runs=timing_runs,
+                    average=average, batch_size=batch_size,
+                    curvature_batch_size=curvature_batch_size, loss=loss,
+                    loss_options=loss_options, guard_radius=guard_radius, options=options,
+                    optimum=optimum_loss)
+  excess = out.excess_losses
+  r = int(excess.shape[0])
+  se = float(np.std(excess, ddof=1) / math.sqrt(r)) if r > 1 else 0.0
+  return FitResult(
+      params=out.params, losses=out.losses, excess_losses=excess,
+      excess_loss_mean=float(np.mean(excess)), excess_loss_se=se, loss_star=out.loss_star,
+      ridge=out.ridge, rho=out.rho, epsilon=out.epsilon, delta=out.delta,
+      accounting=out.accounting, algorithm=algorithm, n=out.n, d=int(out.params.shape[1]),
+      steps=out.steps, repeats=r, seconds_compile=out.seconds_compile,
+      seconds_run=out.seconds_run, guard_resets=out.guard_resets, rho_spent=out.rho_spent,
+      opt_state=out.state, average=out.average, final_excess_losses=out.final_excess_losses,
+      gradient_evaluations=out.gradient_evaluations,
+      curvature_evaluations=out.curvature_evaluations, options=out.options, auto_reason="",
+      batch_size=int(batch_size or 0), loss=out.loss, private=out.private,
+      curvature_batch_size=int(curvature_batch_size or batch_size or 0)
+      if algorithm == "newton-minibatch" else 0)
 
 
 def _auto_shape(data, steps, average, options) -> tuple[int, int]:

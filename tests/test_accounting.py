@@ -428,7 +428,10 @@ def test_gaussian_traced_values_are_not_checked():
 def test_init_accountant_default_dtype():
   state = init_accountant()
   assert isinstance(state, AccountantState)
-  assert all(w.dtype == jnp.float32 and w.shape == () for w in state)
+  assert all(w.dtype == jnp.float32 for w in state)
+  assert all(getattr(state, f).shape == () for f in ("rho", "rho_lo", "rho_lo2", "truncation"))
+  assert all(getattr(state, f).shape == (len(accounting.RDP_ORDERS),)
+             for f in ("rdp", "rdp_lo", "rdp_lo2"))
   assert spent_rho(state) == 0.0
 
 

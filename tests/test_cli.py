@@ -15,7 +15,8 @@ _JSON_FIELDS = {
     "algorithm", "epsilon", "delta", "rho", "accounting", "n", "d", "steps", "repeats",
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
     "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
-    "curvature_evaluations", "options", "auto_reason", "batch_size", "loss",
+    "curvature_evaluations", "options", "auto_reason", "batch_size", "loss", "private",
+    "curvature_batch_size",
 }
 
 
@@ -69,6 +70,26 @@ def test_fit_streaming_least_squares_writes_json(tmp_path, capsys):
   res = fit_lib.fit(data.synthetic(0), "otb-strongly-convex", epsilon=2.0, batch_size=500,
                     loss="least_squares", mu=0.01, radius=2.0, repeats=2)
   assert record["excess_losses"] == res.excess_losses.tolist()
+
+
+def test_fit_minibatch_and_baselines_write_json(tmp_path, capsys):
+  out = tmp_path / "sgd.json"
+  argv = ["fit", "--data", "synthetic", "--algorithm", "dp-sgd", "--epsilon", "1", "--steps",
+          "5", "--batch-size", "500", "--clip-norm", "0.5", "--json", str(out)]
+  assert cli.main(argv) == 0
+  line = capsys.readouterr().out.strip()
+  assert line.startswith("dp-sgd (Poisson batches of expected size 500) on synthetic")
+  assert "rho=n/a (rdp)" in line
+  record = json.loads(out.read_text())
+  assert set(record) == _JSON_FIELDS
+  assert record["private"] is True and record["rho"] is None and record["accounting"] == "rdp"
+  assert (record["batch_size"], record["options"]) == (500, {"clip_norm": 0.5})
+  out = tmp_path / "dn.json"
+  argv = ["fit", "--data", "synthetic", "--algorithm", "damped-newton", "--epsilon", "1",
+          "--steps", "2", "--json", str(out)]
+  assert cli.main(argv) == 0
+  assert "[NOT PRIVATE: a non-private baseline]" in capsys.readouterr().out
+  assert json.loads(out.read_text())["private"] is False
 
 
 def test_fit_precond_gd_and_dp_gd_options(tmp_path, capsys):
@@ -188,7 +209,29 @@ _OTB = ["fit", "--data", "synthetic", "--algorithm", "otb", "--epsilon", "1"]
         (_OTB + ["--batch-size", "10", "--loss", "hinge"], "invalid choice: 'hinge'"),
         (_OTB + ["--batch-size", "10", "--kappa", "3"], "unknown option(s) ['kappa']"),
         (_FIT + ["--epsilon", "1", "--batch-size", "10"], "batch_size applies to the streaming"),
-        (_FIT + ["--epsilon", "1", "--loss", "least_squares"], "logistic regression only"),
+        (_FIT + ["--epsilon", "1", "--loss", "least_squares"], "fits logistic regression"),
+        (_FIT + ["--epsilon", "1", "--loss", "pseudo_huber"], "fits logistic regression"),
+        (["fit", "--data", "synthetic", "--algorithm", "dp-sgd", "--epsilon", "1", "--steps",
+          "2"], "pass batch_size"),
+        (["fit", "--data", "synthetic", "--algorithm", "newton-minibatch", "--epsilon", "1",
+          "--steps", "2", "--batch-size", "10001", "--min-eigenvalue", "0.1"], "batch_size"),
+        (["fit", "--data", "synthetic", "--algorithm", "newton-minibatch", "--epsilon", "1",
+          "--steps", "2", "--batch-size", "100"], "newton-minibatch needs min_eigenvalue"),
+        (["fit", "--data", "synthetic", "--algorithm", "dp-sgd", "--epsilon", "1", "--steps",
+          "2", "--batch-size", "10", "--curvature-batch-size", "10"],
+         "curvature_batch_size applies to newton-minibatch only"),
+        (["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "2",
+          "--loss", "pseudo_huber", "--loss-option", "delta"], "expected KEY=VALUE"),
+        (["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "2",
+          "--loss", "pseudo_huber", "--loss-option", "width=2"], "unknown parameter(s) ['width']"),
+        (["fit", "--data", "synthetic", "--algorithm", "hess-add", "--epsilon", "1", "--steps",
+          "2", "--loss", "pseudo_huber"], "fixed min_eigenvalue"),
+        (["fit", "--data", "synthetic", "--algorithm", "cubic-newton", "--epsilon", "1",
+          "--steps", "2"], "cubic-newton needs mu"),
+        (["fit", "--data", "synthetic", "--algorithm", "cubic-newton", "--epsilon", "1",
+          "--steps", "2", "--mu", "0"], "mu must be > 0"),
+        (["fit", "--data", "synthetic", "--algorithm", "aop", "--epsilon", "1", "--steps", "2"],
+         "aop is not iterative"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, match, capsys):

@@ -161,6 +161,6 @@ def test_full_batch_algorithms_refuse_streaming_arguments():
   ds = dpjax.synthetic(0, n=256, d=3)
   with pytest.raises(TypeError, match="batch_size applies to the streaming"):
     dpjax.fit(ds, "dp-gd", epsilon=1.0, steps=3, batch_size=8)
-  with pytest.raises(ValueError, match="logistic regression only"):
+  with pytest.raises(ValueError, match="fits logistic regression"):
     dpjax.fit(ds, "dp-gd", epsilon=1.0, steps=3, loss="least_squares")
   assert set(training.STREAMING_ALGORITHMS).isdisjoint(training.ALGORITHMS)

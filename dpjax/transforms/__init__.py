@@ -10,12 +10,23 @@
   (``spec-newton.md`` 4.2, 4.3); its privacy arithmetic lives in the pure
   functions :func:`newton_budget`, :func:`direction_sensitivity` and
   :func:`adaptive_min_eigenvalue`;
+* :func:`dp_newton_minibatch`: its minibatch variant (``spec-newton.md``
+  4.5): independent Poisson samples for the gradient and the curvature, two
+  subsampled Gaussian mechanisms per step on the RDP accountant
+  (:func:`minibatch_noise_multipliers` calibrates them);
 * :func:`online_to_batch`: the DP online-to-batch conversion of Zhang, Tran
   and Cutkosky (NeurIPS 2022) around any online learner, with tree noise
   (``spec-online-to-batch.md`` section 1);
 * :func:`dp_ftrl` and :func:`single_pass_dp_sgd`: the single-pass baselines
   the conversion is compared with (tree-noised FTRL; DP-SGD with each example
   used once);
+* :func:`cubic_newton`: the private cubic-regularised Newton method,
+  Algorithms 1-2 of Ganesh et al. (NeurIPS 2023), for strongly convex losses
+  on a ball (``spec-newton.md`` section 3); its calibration is
+  :func:`cubic_solver_calibration` and :func:`l2_logistic_constants` gives
+  the constants of the L2-regularised logistic loss;
+* :func:`dp_sgd`: DP-SGD with Poisson subsampling, per-example clipping and
+  an RDP accountant (``spec-newton.md`` 2.2);
 * :func:`tail_average`: averages the last iterates of any of them (free
   post-processing); read the result with :func:`averaged_params`.
 """
@@ -26,15 +37,34 @@ from dpjax.transforms.averaging import (
     averaged_params,
     tail_average,
 )
+from dpjax.transforms.cubic_newton import (
+    CubicSolverCalibration,
+    DPCubicNewtonState,
+    LossConstants,
+    cubic_newton,
+    cubic_solver_calibration,
+    l2_logistic_constants,
+    solver_average_weights,
+)
 from dpjax.transforms.dp_ftrl import DPFTRLState, dp_ftrl
 from dpjax.transforms.dp_gd import DPGDState, dp_gd
+from dpjax.transforms.dp_sgd import DPSGDState, dp_sgd
 from dpjax.transforms.dp_newton import (
+    CURVATURE_STRUCTURES,
     DPNewtonState,
     NewtonBudget,
     adaptive_min_eigenvalue,
     direction_sensitivity,
     dp_newton,
     newton_budget,
+    trace_sensitivity,
+)
+from dpjax.transforms.dp_newton_minibatch import (
+    DPNewtonMinibatchState,
+    dp_newton_minibatch,
+    minibatch_min_eigenvalue,
+    minibatch_noise_multipliers,
+    sampled_grad_and_curvature,
 )
 from dpjax.transforms.online_to_batch import (
     OnlineToBatchState,
@@ -51,11 +81,23 @@ from dpjax.transforms.dp_precond_gd import (
 )
 
 __all__ = [
+    "CURVATURE_STRUCTURES",
     "AVERAGES",
+    "CubicSolverCalibration",
+    "DPCubicNewtonState",
+    "LossConstants",
+    "cubic_newton",
+    "cubic_solver_calibration",
+    "l2_logistic_constants",
+    "minibatch_min_eigenvalue",
+    "minibatch_noise_multipliers",
+    "solver_average_weights",
     "DPFTRLState",
     "DPGDState",
+    "DPNewtonMinibatchState",
     "DPNewtonState",
     "DPPrecondGDState",
+    "DPSGDState",
     "NewtonBudget",
     "OnlineToBatchState",
     "PrecondBudget",
@@ -69,10 +111,14 @@ __all__ = [
     "dp_ftrl",
     "dp_gd",
     "dp_newton",
+    "dp_newton_minibatch",
     "dp_precond_gd",
+    "dp_sgd",
     "newton_budget",
     "online_to_batch",
     "precond_budget",
+    "sampled_grad_and_curvature",
     "single_pass_dp_sgd",
     "tail_average",
+    "trace_sensitivity",
 ]

@@ -154,11 +154,9 @@ def dp_gd(
     out = jnp.where(ok, -learning_rate * noisy, jnp.zeros_like(g))
     charged = accounting.charge(state.accountant, rho_step)  # Where the noise is drawn.
     new_state = DPGDState(
-        count=jnp.where(ok, optax.safe_increment(state.count), state.count),
+        **_common.gated(ok, state, charged),
         key=new_key,
-        accountant=_common.select(ok, charged, state.accountant),
         noise_std=state.noise_std,
-        budget_exhausted=jnp.logical_or(state.budget_exhausted, jnp.logical_not(ok)),
     )
     return out, new_state
 

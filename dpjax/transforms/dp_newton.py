@@ -11,7 +11,8 @@ the mean gradient ``g`` and the mean second-order information (SOI) matrix
    ``lam = max((c max(0, tr~) / (n^2 rho_direction))^(1/3), 4 L1/n)``;
 3. ``w_{t+1} = w_t - Psi_lam(H)^{-1} g~ + N(0, (||g~|| s(lam))^2 / (2 rho_direction) I)``.
 
-Sensitivity argument (add/remove neighbours, ``n`` public): with
+Sensitivity argument for the logistic SOI (``curvature_structure="rank_one"``,
+the default; add/remove neighbours, ``n`` public): with
 ``||x_i|| <= 1`` every per-example gradient has norm ``<= L0 = 1`` and every
 per-example SOI term ``c(z) x x^T`` (``c <= 1/4``) has operator norm and trace
 ``<= L1 = 1/4``. So the mean gradient has L2 sensitivity ``L0/n``, the trace
@@ -29,13 +30,40 @@ mechanisms are ``rho_grad``-, ``rho_trace``- and ``rho_direction``-zCDP and
 compose to ``rho_step`` per step (Bun & Steinke 2016, Prop. 1.6 and Lemma 2.3);
 with a fixed lambda there is no trace query and ``rho_trace = 0``.
 
+General convex losses (``curvature_structure="general"``, spec 4.6, Remark
+5.5). The caller clips every example's gradient to L2 norm ``<= L0`` and
+every example's Hessian ``H_i`` (PSD, the loss being convex in ``w``) to
+Frobenius norm ``<= L1`` (``curvature_norm="frobenius"``) or operator norm
+``<= L1`` (``"spectral"``), e.g. with :func:`dpjax.losses.newton_step_inputs`.
+Then, with ``n`` public:
+
+* the mean gradient still has L2 sensitivity ``L0/n``;
+* ``||H - H'||_op = ||H_i||_op / n <= L1/n`` (the Frobenius norm bounds the
+  operator norm), and both ``H, H'`` are PSD, so
+  ``(H + lam I)^{-1} - (H' + lam I)^{-1} = (H + lam I)^{-1} (H' - H) (H' + lam I)^{-1}``
+  has operator norm ``<= L1 / (n lam^2)``: add's direction sensitivity is
+  ``s = L1 / (n lam^2)`` (spec 4.6). Clip has no proof for a general ``H_i``
+  and is refused;
+* ``|tr(H_i)| = |<H_i, I>_F| <= sqrt(d) ||H_i||_F <= sqrt(d) L1``
+  (Cauchy-Schwarz) for Frobenius clipping, and
+  ``|tr(H_i)| <= d ||H_i||_op <= d L1`` for spectral clipping; so the trace
+  query of the adaptive lambda has sensitivity ``sqrt(d) L1/n`` or
+  ``d L1/n`` (:func:`trace_sensitivity`).
+
+A public, data-independent ridge ``mu`` added as ``mu w`` to the gradient and
+``mu I`` to ``H`` (unclipped, un-noised) leaves every sensitivity above
+unchanged: it cancels in ``H - H'`` and only raises the eigenvalues of
+``H + lam I`` (``(H + (mu + lam) I)^{-1}`` is bounded by ``1/lam`` still).
+
 All privacy arithmetic is in the pure functions :func:`newton_budget`,
-:func:`direction_sensitivity` and :func:`adaptive_min_eigenvalue`, and the
+:func:`direction_sensitivity`, :func:`trace_sensitivity` and
+:func:`adaptive_min_eigenvalue`, and the
 stds come from :func:`dpjax.accounting.gaussian_sigma`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -46,6 +74,7 @@ import optax
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import glm
+from dpjax import per_example
 from dpjax import spectral
 from dpjax import _common
 
@@ -56,7 +85,11 @@ __all__ = [
     "direction_sensitivity",
     "dp_newton",
     "newton_budget",
+    "trace_sensitivity",
 ]
+
+# The two kinds of per-example SOI the privacy argument covers (module docstring).
+CURVATURE_STRUCTURES = ("rank_one", "general")
 
 # The adaptive floor is FLOOR_FACTOR * L1 / n (= 1/n for logistic regression,
 # the Jul-2023 reference value, spec 4.3 step 5); any factor > 1 keeps clip valid.
@@ -135,16 +168,21 @@ def direction_sensitivity(
     n: int,
     curvature_norm_bound: float = 0.25,
     modification: str,
+    curvature_structure: str = "rank_one",
 ) -> Any:
-  """Sensitivity of ``Psi_lam(H)^{-1} g~`` per unit ``||g~||`` (spec 4.2).
+  """Sensitivity of ``Psi_lam(H)^{-1} g~`` per unit ``||g~||`` (spec 4.2, 4.6).
 
   With ``L = curvature_norm_bound / n`` (the operator-norm sensitivity of the
   mean SOI):
 
-  * add: ``L / (lam (lam + L))`` (Sherman-Morrison);
-  * clip: ``L / (lam (lam - L))`` (the paper's constant; needs ``lam > L``).
-
-  For ``L1 = 1/4`` this is ``1 / (4 n lam^2 +- lam)``.
+  * rank_one (each example's SOI is ``c x x^T``, the logistic case):
+    add: ``L / (lam (lam + L))`` (Sherman-Morrison); clip:
+    ``L / (lam (lam - L))`` (the paper's constant; needs ``lam > L``).
+    For ``L1 = 1/4`` this is ``1 / (4 n lam^2 +- lam)``.
+  * general (any PSD per-example Hessian of norm ``<= L1``, spec 4.6): add:
+    ``L / lam^2 = L1 / (n lam^2)``, from
+    ``A^{-1} - B^{-1} = A^{-1} (B - A) B^{-1}`` with ``A, B >= lam I``.
+    Clip is refused: no proof is written down for a general ``H_i``.
 
   Args:
     lam: the minimum eigenvalue; a Python number, or an array (may be traced,
@@ -152,12 +190,14 @@ def direction_sensitivity(
     n: number of examples.
     curvature_norm_bound: L1, the bound on each example's SOI operator norm.
     modification: ``"clip"`` or ``"add"``.
+    curvature_structure: ``"rank_one"`` (default) or ``"general"``.
 
   Returns:
     A Python float for a Python ``lam``, else an array.
 
   Raises:
-    ValueError: a concrete ``lam <= 0``, or ``lam <= L`` for clip.
+    ValueError: a concrete ``lam <= 0``, ``lam <= L`` for clip, or clip with
+      ``curvature_structure="general"``.
 
   Examples:
     >>> from dpjax.transforms import direction_sensitivity
@@ -165,10 +205,15 @@ def direction_sensitivity(
     >>> s = direction_sensitivity(lam, n=10_000, modification="clip")
     >>> round(s, 6), round(1 / (4 * 10_000 * lam**2 - lam), 6)
     (0.211825, 0.211825)
+    >>> s = direction_sensitivity(0.01, n=1000, curvature_norm_bound=1.0,
+    ...                           modification="add", curvature_structure="general")
+    >>> round(s, 12)  # L1 / (n lam^2) = 1 / (1000 * 1e-4)
+    10.0
   """
   n = _validate.positive_int(n, "n")
   bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
   _validate.choice(modification, "modification", spectral.MODES)
+  _check_structure(curvature_structure, modification)
   lip = bound / n
   if _validate.is_concrete(lam):
     lam_host = np.asarray(jax.device_get(lam), np.float64)
@@ -181,8 +226,70 @@ def direction_sensitivity(
       )
   if _is_python_number(lam):
     lam = float(lam)
+  if curvature_structure == "general":
+    return lip / (lam * lam)
   shifted = lam + lip if modification == "add" else lam - lip
   return lip / (lam * shifted)
+
+
+def trace_sensitivity(
+    *,
+    n: int,
+    d: int,
+    curvature_norm_bound: float = 0.25,
+    curvature_structure: str = "rank_one",
+    curvature_norm: str = "frobenius",
+) -> float:
+  """L1 sensitivity of ``tr(H)``, the adaptive lambda's trace query (spec 4.3, 4.6).
+
+  One example moves the mean SOI by ``H_i / n``, so the trace moves by
+  ``|tr(H_i)| / n``:
+
+  * rank_one: ``H_i = c x x^T`` is PSD of rank one, ``tr(H_i) = ||H_i||_op
+    <= L1``: sensitivity ``L1 / n``;
+  * general, Frobenius clipping: ``|tr(H_i)| = |<H_i, I>_F| <= sqrt(d)
+    ||H_i||_F <= sqrt(d) L1`` (Cauchy-Schwarz): ``sqrt(d) L1 / n``;
+  * general, spectral clipping: ``|tr(H_i)| <= d ||H_i||_op``: ``d L1 / n``.
+
+  Args:
+    n: number of examples.
+    d: dimension.
+    curvature_norm_bound: L1.
+    curvature_structure: ``"rank_one"`` or ``"general"``.
+    curvature_norm: the norm the per-example Hessians were clipped in
+      (``"frobenius"`` or ``"spectral"``; only read for ``"general"``).
+
+  Returns:
+    The sensitivity, a Python float.
+
+  Examples:
+    >>> from dpjax.transforms.dp_newton import trace_sensitivity
+    >>> trace_sensitivity(n=100, d=9, curvature_norm_bound=1.0, curvature_structure="general")
+    0.03
+  """
+  n = _validate.positive_int(n, "n")
+  d = _validate.positive_int(d, "d")
+  bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
+  _validate.choice(curvature_structure, "curvature_structure", CURVATURE_STRUCTURES)
+  _validate.choice(curvature_norm, "curvature_norm", per_example.CURVATURE_NORMS)
+  if curvature_structure == "rank_one":
+    factor = 1.0
+  elif curvature_norm == "frobenius":
+    factor = math.sqrt(d)
+  else:
+    factor = float(d)
+  return factor * bound / n
+
+
+def _check_structure(curvature_structure: Any, modification: str) -> str:
+  _validate.choice(curvature_structure, "curvature_structure", CURVATURE_STRUCTURES)
+  if curvature_structure == "general" and modification == "clip":
+    raise ValueError(
+        "modification='clip' is not available with curvature_structure='general': clip stays "
+        "logistic-only (rank-one SOI) until a proof is written down for a general per-example "
+        "Hessian (spec-newton.md 4.6). Pass modification='add' (sensitivity L1 / (n lam^2))."
+    )
+  return curvature_structure
 
 
 def adaptive_min_eigenvalue(
@@ -249,10 +356,12 @@ def dp_newton(
     trace_coeff: float = 0.5,
     grad_norm_bound: float = 1.0,
     curvature_norm_bound: float = 0.25,
+    curvature_structure: str = "rank_one",
+    curvature_norm: str = "frobenius",
     key: int | jax.Array,
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
-  """Double-noise Newton (Algorithm 3; spec 4.2 fixed, 4.3 adaptive lambda).
+  """Double-noise Newton (Algorithm 3; spec 4.2 fixed, 4.3 adaptive lambda, 4.6 general losses).
 
   ``update(g, state, params, *, curvature_matrix=H)`` (or ``x=..., y=...``
   instead of ``H``) takes the MEAN gradient ``g`` and returns
@@ -261,10 +370,12 @@ def dp_newton(
   docstring gives the sensitivity argument; the noise scales are:
 
   * ``sigma_g = gaussian_sigma(grad_norm_bound / n, rho_grad)``;
-  * ``sigma_tr = gaussian_sigma(curvature_norm_bound / n, rho_trace)`` (adaptive);
+  * ``sigma_tr = gaussian_sigma(trace_sensitivity(...), rho_trace)`` (adaptive;
+    ``L1 / n`` for rank_one, ``sqrt(d) L1 / n`` or ``d L1 / n`` for general);
   * ``lam = adaptive_min_eigenvalue(tr(H) + N(0, sigma_tr^2), ..., floor=4 L1/n)``
     or the fixed ``min_eigenvalue``;
-  * direction std ``= gaussian_sigma(||g~|| * direction_sensitivity(lam), rho_direction)``;
+  * direction std ``= gaussian_sigma(||g~|| * direction_sensitivity(lam), rho_direction)``
+    (``L1 / (n lam^2)`` per unit ``||g~||`` for general add);
 
   with the budget split of :func:`newton_budget`. Each part is charged to the
   accountant where its noise is drawn (keys split off the state key, fresh
@@ -284,7 +395,8 @@ def dp_newton(
     steps: number of steps T.
     rho_per_step: zCDP budget of one step (instead of ``rho``).
     curvature: ``"hessian"`` or ``"qu"``: the kind of SOI (used for the
-      ``x, y`` path; a passed ``curvature_matrix`` must be of this kind).
+      ``x, y`` path; a passed ``curvature_matrix`` must be of this kind; for
+      general, any PSD per-example SOI clipped to ``L1`` is covered).
     modification: ``"clip"`` or ``"add"`` (:mod:`dpjax.spectral`).
     min_eigenvalue: ``"adaptive"`` (spec 4.3) or a fixed lambda > 0; for clip
       a fixed lambda must exceed ``curvature_norm_bound / n``.
@@ -294,6 +406,19 @@ def dp_newton(
     grad_norm_bound: L0, bound on each example's gradient norm (1 for logistic
       loss with ``||x|| <= 1``).
     curvature_norm_bound: L1, bound on each example's SOI operator norm (1/4).
+      For ``"general"``, the bound each example's Hessian was clipped to in
+      ``curvature_norm``.
+    curvature_structure: ``"rank_one"`` (default): each example's SOI is
+      ``c(z) x x^T`` with ``0 <= c``, ``||.|| <= L1`` (the logistic SOI of
+      :mod:`dpjax.glm`); or ``"general"``: any convex loss whose per-example
+      Hessians (PSD) were clipped to norm ``<= L1`` in ``curvature_norm``
+      (:func:`dpjax.losses.newton_step_inputs`). General needs
+      ``modification="add"``, takes ``curvature_matrix`` (no ``x, y`` path)
+      and uses the sensitivities of the module docstring.
+    curvature_norm: ``"frobenius"`` (default) or ``"spectral"``: the norm of
+      the general per-example clipping (sets the trace sensitivity
+      ``sqrt(d) L1 / n`` or ``d L1 / n``); ignored for rank_one, whose
+      per-example terms have equal operator norm, Frobenius norm and trace.
     key: int seed or typed PRNG key (``jax.random.key``); required.
     disable_noise_for_testing: if True, no noise at all (the adaptive lambda
       then uses the exact trace); the output is NOT private. For tests only.
@@ -305,7 +430,8 @@ def dp_newton(
   Raises:
     ValueError, TypeError: eagerly, at construction, for a bad budget, ``n``,
       fraction, coefficient, bound, curvature, modification, min_eigenvalue
-      (including ``lam <= L1/n`` for clip), key or flag.
+      (including ``lam <= L1/n`` for clip), key or flag; for clip with
+      ``curvature_structure="general"``.
 
   Examples:
     >>> import jax, optax
@@ -338,6 +464,8 @@ def dp_newton(
   trace_coeff = _validate.positive_float(trace_coeff, "trace_coeff")
   grad_norm_bound = _validate.positive_float(grad_norm_bound, "grad_norm_bound")
   curvature_norm_bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
+  general = _check_structure(curvature_structure, modification) == "general"
+  _validate.choice(curvature_norm, "curvature_norm", per_example.CURVATURE_NORMS)
   lip = curvature_norm_bound / n  # Operator-norm sensitivity of the mean SOI.
   adaptive = isinstance(min_eigenvalue, str)
   if adaptive:
@@ -362,12 +490,21 @@ def dp_newton(
   # The one place where the Newton noise scales are derived (spec 4.2, 4.3).
   budget = newton_budget(rho_step, grad_frac=grad_frac, trace_frac=trace_frac, adaptive=adaptive)
   sigma_grad = accounting.gaussian_sigma(grad_norm_bound / n, budget.rho_grad)
-  sigma_trace = accounting.gaussian_sigma(lip, budget.rho_trace) if adaptive else 0.0
+
+  def sigma_trace(d: int) -> float:  # The trace query's std (spec 4.3, 4.6).
+    if not adaptive:
+      return 0.0
+    sens = trace_sensitivity(n=n, d=d, curvature_norm_bound=curvature_norm_bound,
+                             curvature_structure=curvature_structure,
+                             curvature_norm=curvature_norm)
+    return accounting.gaussian_sigma(sens, budget.rho_trace)
+
   floor = _FLOOR_FACTOR * lip
   noise_on = 0.0 if no_noise else 1.0
   if not adaptive:
     fixed_sens = direction_sensitivity(
-        fixed_lam, n=n, curvature_norm_bound=curvature_norm_bound, modification=modification
+        fixed_lam, n=n, curvature_norm_bound=curvature_norm_bound, modification=modification,
+        curvature_structure=curvature_structure,
     )
     fixed_unit_std = accounting.gaussian_sigma(fixed_sens, budget.rho_direction)
 
@@ -380,7 +517,7 @@ def dp_newton(
         accountant=accounting.init_accountant(),
         min_eigenvalue=jnp.asarray(0.0 if adaptive else fixed_lam, dt),
         grad_noise_std=jnp.asarray(noise_on * sigma_grad, dt),
-        trace_noise_std=jnp.asarray(noise_on * sigma_trace, dt),
+        trace_noise_std=jnp.asarray(noise_on * sigma_trace(params.shape[0]), dt),
         direction_noise_std=jnp.zeros((), dt),
         budget_exhausted=jnp.zeros((), bool),
     )
@@ -402,22 +539,25 @@ def dp_newton(
     g_noisy = g + (noise_on * sigma_grad) * jax.random.normal(k_grad, (d,), dt)
     acc = accounting.charge(acc, budget.rho_grad)
 
-    # 2. Minimum eigenvalue: fixed, or from the noisy trace (sensitivity L1/n).
+    # 2. Minimum eigenvalue: fixed, or from the noisy trace (sensitivity L1/n;
+    #    sqrt(d) L1/n or d L1/n for general, trace_sensitivity).
     if adaptive:
-      trace = jnp.trace(h) + (noise_on * sigma_trace) * jax.random.normal(k_trace, (), dt)
+      trace = jnp.trace(h) + (noise_on * sigma_trace(d)) * jax.random.normal(k_trace, (), dt)
       acc = accounting.charge(acc, budget.rho_trace)
       lam = adaptive_min_eigenvalue(
           trace, n=n, rho_direction=budget.rho_direction, trace_coeff=trace_coeff, floor=floor
       )
       sens = direction_sensitivity(
-          lam, n=n, curvature_norm_bound=curvature_norm_bound, modification=modification
+          lam, n=n, curvature_norm_bound=curvature_norm_bound, modification=modification,
+          curvature_structure=curvature_structure,
       )
       unit_std = accounting.gaussian_sigma(sens, budget.rho_direction)
     else:
       lam = jnp.asarray(fixed_lam, dt)
       unit_std = jnp.asarray(fixed_unit_std, dt)
 
-    # 3. Noisy direction: sensitivity ||g~|| s(lam), budget rho_direction.
+    # 3. Noisy direction: sensitivity ||g~|| s(lam), budget rho_direction
+    #    (s = L1 / (n lam^2) for general add).
     direction = spectral.modified_solve(h, g_noisy, lam, modification)
     dir_std = noise_on * jnp.linalg.norm(g_noisy) * unit_std
     noisy_direction = direction + dir_std * jax.random.normal(k_dir, (d,), dt)
@@ -425,14 +565,12 @@ def dp_newton(
 
     out = jnp.where(ok, -noisy_direction, jnp.zeros_like(g))
     new_state = DPNewtonState(
-        count=jnp.where(ok, optax.safe_increment(state.count), state.count),
+        **_common.gated(ok, state, acc),
         key=new_key,
-        accountant=_common.select(ok, acc, state.accountant),
         min_eigenvalue=jnp.where(ok, lam.astype(dt), state.min_eigenvalue),
         grad_noise_std=state.grad_noise_std,
         trace_noise_std=state.trace_noise_std,
         direction_noise_std=jnp.where(ok, dir_std.astype(dt), state.direction_noise_std),
-        budget_exhausted=jnp.logical_or(state.budget_exhausted, jnp.logical_not(ok)),
     )
     return out, new_state
 
@@ -450,6 +588,12 @@ def dp_newton(
             "to match the gradient."
         )
       return jnp.asarray(curvature_matrix, g.dtype)
+    if general:
+      raise ValueError(
+          "dp_newton with curvature_structure='general' has no x=..., y=... path (that path is "
+          "the logistic SOI): pass curvature_matrix=H, the clipped mean Hessian of your loss, "
+          "e.g. from dpjax.losses.newton_step_inputs."
+      )
     if x is None or y is None:
       raise TypeError(
           "dp_newton's update needs the curvature: pass curvature_matrix=H (the mean "
