@@ -101,7 +101,7 @@ def test_release_schedule_and_matrix_ignored_off_schedule(jit, refresh_every):
 
 @pytest.mark.parametrize("jit", [True, False])
 @pytest.mark.parametrize("always_pass", [True, False])
-@pytest.mark.parametrize("refresh_every", [None, 1, 3, 7, 10])
+@pytest.mark.parametrize("refresh_every", [None, 1, 3, 10])  # 10 > steps: one release, like None
 def test_accountant_charges_and_total(jit, always_pass, refresh_every):
   """Each step charges rho_g, each release rho_H; the total is rho; K = ceil(m / r)."""
   rho, steps, frac, d = 0.0143935, 7, 0.05, 3

@@ -265,7 +265,7 @@ def test_float64_matches_float32(x64):
   np.testing.assert_allclose(r32.losses, r64.losses, rtol=1e-6)
 
 
-@pytest.mark.parametrize("algorithm", ["dp-gd", "precond-gd", "hess-clip", "qu-add"])
+@pytest.mark.parametrize("algorithm", ["dp-gd", "precond-gd", "hess-clip"])
 def test_fit_levels_matches_fit_per_level(algorithm, small):
   eps = [0.5, 2.0, 2.0]
   methods = ["gaussian", "paper", "gaussian"]
