@@ -28,6 +28,7 @@ Two halves:
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Any, Callable, NamedTuple, Sequence
@@ -1363,12 +1364,23 @@ def calibrate_noise_multiplier(
               for i, r in enumerate(multiplier_ratios)]
   alphas = _check_orders(orders)
   slack_step = _validate.nonnegative_float(overflow_prob, "overflow_prob")
-  slack = steps * slack_step
-  if 2.0 * slack >= delta:
+  if 2.0 * steps * slack_step >= delta:
     raise ValueError(
-        f"steps * overflow_prob = {slack:g} leaves nothing of delta = {delta:g} (it needs "
-        "delta > 2 steps overflow_prob); raise the samplers' caps or delta.")
+        f"steps * overflow_prob = {steps * slack_step:g} leaves nothing of delta = {delta:g} "
+        "(it needs delta > 2 steps overflow_prob); raise the samplers' caps or delta.")
+  return _calibrate(eps_target, delta, steps, tuple(rates), tuple(ratios),
+                    tuple(float(a) for a in np.asarray(alphas).reshape(-1)), slack_step)
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrate(eps_target: float, delta: float, steps: int, rates: tuple, ratios: tuple,
+               orders: tuple, slack_step: float) -> float:
+  """The bisection of :func:`calibrate_noise_multiplier` on validated inputs (memoised: a
+  transform built eagerly and again under ``jit``/``vmap`` calibrates once)."""
+  alphas = np.asarray(orders, np.float64)
+  slack = steps * slack_step
   log_delta = math.log(delta)
+  eps_target = float(eps_target)
 
   def eps_of(z: float) -> float:
     curve = sum(subsampled_gaussian_rdp(q, z * r, alphas) for q, r in zip(rates, ratios))

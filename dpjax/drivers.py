@@ -445,8 +445,9 @@ def _baseline(x, y, algorithm, *, rho, epsilon, delta, steps, repeats, seed, acc
     kw.update(steps=steps, guard_radius=guard_radius)
   elif steps is not None:
     raise TypeError("aop is not iterative: remove steps.")
-  if algorithm == "aop" and average != "none":
-    raise ValueError("aop is not iterative: it has no iterates to average; remove average.")
+  if average != "none":
+    raise ValueError(f"{algorithm!r} returns its final iterate (AOP: its one output), as in "
+                     "the paper; remove average.")
   start = time.perf_counter()
   res = baselines.run_baseline(algorithm, x, y, key=keys, **kw)
   first = time.perf_counter() - start
@@ -456,31 +457,21 @@ def _baseline(x, y, algorithm, *, rho, epsilon, delta, steps, repeats, seed, acc
     res = baselines.run_baseline(algorithm, x, y, key=keys, **kw)
     seconds_run = min(seconds_run, time.perf_counter() - start)
   seconds_compile = max(first - seconds_run, 0.0)
-  params = np.asarray(res.params).reshape(repeats, d)
+  params = np.asarray(res.params).reshape(repeats, d)  # the final iterate (or AOP's output).
   loss_star, ridge = optimum()
-  if algorithm == "aop":
-    losses = _logistic_host(params, x, y)[:, None]
-    final = params
-    steps_done = 0
-    state = None
-  else:
-    losses = np.asarray(res.losses).reshape(repeats, -1)
-    final = params
-    steps_done = steps
-    state = None
-  both = _logistic_host(np.concatenate([params, final]), x, y)
-  rho_spent = np.atleast_1d(np.asarray(res.info.get("rho_spent", np.zeros(repeats)),
-                                       np.float64)).reshape(-1)
-  if rho_spent.shape[0] != repeats:
-    rho_spent = np.broadcast_to(rho_spent, (repeats,)).copy()
-  resets = np.asarray(res.info.get("guard_resets", np.zeros(repeats)), np.int64).reshape(-1)
-  if resets.shape[0] != repeats:
-    resets = np.broadcast_to(resets, (repeats,)).copy()
-  return Run(n=n, params=params, losses=losses, excess_losses=both[:repeats] - loss_star,
-             final_excess_losses=both[repeats:] - loss_star, loss_star=float(loss_star),
+  excess = _logistic_host(params, x, y) - loss_star
+  iterative = algorithm != "aop"
+  losses = (np.asarray(res.losses).reshape(repeats, -1) if iterative
+            else (excess + loss_star)[:, None])
+  steps_done = steps if iterative else 0
+  per_repeat = lambda v, dt: np.broadcast_to(np.asarray(v, dt).reshape(-1), (repeats,)).copy()  # noqa: E731
+  rho_spent = per_repeat(res.info.get("rho_spent", 0.0), np.float64)
+  resets = per_repeat(res.info.get("guard_resets", 0), np.int64)
+  return Run(n=n, params=params, losses=losses, excess_losses=excess,
+             final_excess_losses=excess.copy(), loss_star=float(loss_star),
              ridge=float(ridge), rho=None if res.rho is None else float(res.rho),
              epsilon=float(res.epsilon), delta=float(res.delta),
-             accounting=accounting, private=bool(res.private), steps=steps_done, state=state,
+             accounting=accounting, private=bool(res.private), steps=steps_done, state=None,
              rho_spent=rho_spent, seconds_compile=seconds_compile, seconds_run=seconds_run,
              guard_resets=resets, gradient_evaluations=steps_done,
              curvature_evaluations=0 if algorithm in ("aop", "dp-gd-oracle") else steps_done,
@@ -559,11 +550,11 @@ def _general_data(data: Any, loss: str, loss_options: dict) -> tuple[np.ndarray,
     raise ValueError(f"x has {xh.shape[0]} rows but y has {y_host.shape[0]} labels; pass one "
                      "label per row.")
   spec = losses_lib.get_loss(loss, **loss_options)
-  if spec.label_bound is not None and y_host.size and loss != "logistic":
+  if loss == "l2_logistic":
+    _validate.check_labels(y_host, "y")
+  elif spec.label_bound is not None and y_host.size:
     top = float(np.max(np.abs(y_host)))
-    if loss in ("l2_logistic",):
-      _validate.check_labels(y_host, "y")
-    elif top > spec.label_bound:
+    if top > spec.label_bound:
       raise ValueError(f"labels reach |y| = {top:.6g} > label_bound={spec.label_bound:g} of the "
                        f"{loss!r} loss; pass a larger public label_bound in loss_options.")
   if loss == "poisson" and np.any(y_host < 0):

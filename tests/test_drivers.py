@@ -120,6 +120,8 @@ def test_bad_driver_arguments(ds):
     dpjax.fit(ds, "dp-sgd", epsilon=1.0, steps=2, batch_size=10, kappa=3.0)
   with pytest.raises(TypeError, match="steps"):
     dpjax.fit(ds, "aop", epsilon=1.0, steps=3)
+  with pytest.raises(ValueError, match="remove average"):
+    dpjax.fit(ds, "damped-newton", epsilon=1.0, steps=3, average="last-half")
   with pytest.raises(ValueError, match="init"):
     dpjax.fit(ds, "dp-sgd", epsilon=1.0, steps=2, batch_size=10, init="random-unit")
   with pytest.raises(ValueError, match="exactly one"):
