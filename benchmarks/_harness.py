@@ -247,9 +247,21 @@ def write_results(directory: pathlib.Path, stem: str, payload: dict[str, Any],
   directory.mkdir(parents=True, exist_ok=True)
   payload = {"schema": SCHEMA_VERSION, **payload}
   json_path, md_path = directory / f"{stem}.json", directory / f"{stem}.md"
-  json_path.write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
-  md_path.write_text(markdown if markdown.endswith("\n") else markdown + "\n")
+  _write_text_atomic(json_path, json.dumps(payload, indent=1, default=_json_default) + "\n")
+  _write_text_atomic(md_path, markdown if markdown.endswith("\n") else markdown + "\n")
   return json_path, md_path
+
+
+def _write_text_atomic(path: pathlib.Path, text: str) -> None:
+  """Writes ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``:
+  an interrupted write leaves the previous file intact and no partial or temporary file."""
+  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+  try:
+    tmp.write_text(text)
+    os.replace(tmp, path)
+  except BaseException:
+    tmp.unlink(missing_ok=True)
+    raise
 
 
 def _json_default(o: Any) -> Any:

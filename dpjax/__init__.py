@@ -32,11 +32,19 @@ Modules (imports only point down):
   its baselines) behind :func:`fit`;
 * :mod:`dpjax.drivers`: the compiled runs behind :func:`fit` for the
   Poisson-minibatch methods, cubic Newton, the general losses and the
-  baselines.
+  baselines;
+* :mod:`dpjax.checkpoint`: any optimizer state or params pytree saved to one
+  ``.npz`` and restored bitwise (keys and accountant included), for resuming;
+* :mod:`dpjax.budget`: budget enforcement for whole runs (plans over a cap,
+  in-graph refusals and overspending become errors);
+* :mod:`dpjax.audit`: empirical privacy audits of the mechanisms, with
+  broken negative controls (needs the ``audit`` extra, scipy).
 """
 
 from dpjax import accounting
 from dpjax import baselines
+from dpjax import budget
+from dpjax import checkpoint
 from dpjax import data
 from dpjax import drivers
 from dpjax import glm
@@ -51,6 +59,7 @@ from dpjax import streaming
 from dpjax import training
 from dpjax import transforms
 from dpjax import tree_aggregation
+from dpjax import audit  # noqa: E402  (last: its mechanisms use the modules above)
 from dpjax.accounting import AccountantState, epsilon_to_zcdp, zcdp_to_epsilon
 from dpjax.data import Dataset, load_libsvm, synthetic
 from dpjax.training import FitResult, fit
@@ -85,8 +94,11 @@ __all__ = [
     "OnlineToBatchState",
     "TreeAggregationState",
     "accounting",
+    "audit",
     "averaged_params",
     "baselines",
+    "budget",
+    "checkpoint",
     "cubic_newton",
     "data",
     "drivers",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -186,6 +186,88 @@ def compile_and_time(fn: Callable, args: tuple, timing_runs: int) -> tuple[Any, 
     out = jax.block_until_ready(compiled(*args))
     seconds_run = min(seconds_run, time.perf_counter() - t0)
   return out, seconds_compile, seconds_run
+
+
+class Placement(NamedTuple):
+  """Where :func:`dpjax.fit` puts the data of a sharded run (see :func:`data_placement`)."""
+
+  x: jax.sharding.Sharding  # the caller's sharding of x (several devices).
+  y: jax.sharding.Sharding | None  # y's: its own, or x's row split; None: left to jit.
+  replicated: jax.sharding.Sharding | None  # keys: replicated over x's mesh; None: left to jit.
+
+
+def data_placement(data: Any) -> Placement | None:
+  """The caller's sharding of a dataset ``(x, y)`` whose ``x`` spans several devices.
+
+  ``None`` (the data goes to the default device) unless ``x`` is a concrete
+  ``jax.Array`` sharded over more than one device. Then the compiled run gets
+  ``x`` with that same sharding, and ``y`` with its own sharding when it is a
+  ``jax.Array`` on the same devices, else split like the rows of ``x`` (for a
+  ``NamedSharding``: the same mesh, the first axis of ``x``'s spec). The keys
+  are replicated over the mesh. Anything that is not a 2-tuple is left for
+  the data validation to reject.
+  """
+  if not isinstance(data, tuple) or len(data) != 2:
+    return None
+  x, y = data
+  if not isinstance(x, jax.Array) or not _validate.is_concrete(x) or np.ndim(x) != 2:
+    return None
+  xs = x.sharding
+  if len(xs.device_set) < 2:
+    return None
+  named = isinstance(xs, jax.sharding.NamedSharding)
+  if (isinstance(y, jax.Array) and _validate.is_concrete(y)
+      and y.sharding.device_set == xs.device_set):
+    ys = y.sharding
+  elif named:
+    spec = tuple(xs.spec)
+    ys = jax.sharding.NamedSharding(xs.mesh, jax.sharding.PartitionSpec(spec[0] if spec else None))
+  else:
+    ys = None
+  replicated = (jax.sharding.NamedSharding(xs.mesh, jax.sharding.PartitionSpec()) if named
+                else None)
+  return Placement(xs, ys, replicated)
+
+
+def gather_data(data: Any) -> Any:
+  """``data`` with every array that spans other processes gathered to this host (numpy).
+
+  A multi-host ``jax.Array`` (not fully addressable) is copied whole to every
+  process with ``jax.experimental.multihost_utils.process_allgather``: the
+  validation, the float64 optimum and the reporting read the whole dataset
+  on the host. Anything else is returned unchanged.
+  """
+  if not isinstance(data, tuple) or len(data) != 2:
+    return data
+
+  def gather(a):
+    if isinstance(a, jax.Array) and _validate.is_concrete(a) and not a.is_fully_addressable:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+    return a
+
+  x, y = data
+  gx, gy = gather(x), gather(y)
+  if gx is x and gy is y:
+    return data
+  return type(data)(gx, gy) if hasattr(data, "_fields") else (gx, gy)
+
+
+def place_data(x: np.ndarray, y: np.ndarray, placement: Placement | None
+               ) -> tuple[jax.Array, jax.Array]:
+  """The host copies ``x``, ``y`` on the device(s) of the compiled run (:func:`data_placement`)."""
+  if placement is None:
+    return jax.device_put(x), jax.device_put(y)
+  ys = placement.y
+  return jax.device_put(x, placement.x), (jax.device_put(y) if ys is None
+                                          else jax.device_put(y, ys))
+
+
+def place_replicated(value: Any, placement: Placement | None) -> Any:
+  """``value`` (keys, levels) replicated over the mesh of a sharded run; unchanged otherwise."""
+  if placement is None or placement.replicated is None:
+    return value
+  return jax.device_put(value, placement.replicated)
 
 
 def check_host_float(x: np.ndarray, name: str = "x") -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "positive_float",
     "nonnegative_float",
     "float_in_open_interval",
+    "probability",
     "positive_int",
     "choice",
 ]
@@ -70,6 +71,10 @@ def as_float_array(
   if ndim is not None and len(shape) != ndim:
     raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(shape)}.")
   if not allow_empty and math.prod(shape) == 0:
+    if len(shape) >= 2 and shape[0] > 0:
+      raise ValueError(
+          f"{name} has no columns (shape {tuple(shape)}); pass at least one feature (d >= 1)."
+      )
     raise ValueError(f"{name} is empty (shape {tuple(shape)}); pass at least one example.")
   check_finite(x, name)
   return x
@@ -160,6 +165,14 @@ def float_in_open_interval(v: Any, name: str, lo: float, hi: float) -> float:
   f = _real_scalar(v, name)
   if not lo < f < hi:
     raise ValueError(f"{name} must be in the open interval ({lo:g}, {hi:g}), got {f!r}.")
+  return f
+
+
+def probability(v: Any, name: str) -> float:
+  """Returns ``float(v)``; raises unless ``0 < v <= 1`` (a sampling rate)."""
+  f = _real_scalar(v, name)
+  if not 0.0 < f <= 1.0:
+    raise ValueError(f"{name} must be in (0, 1] (a probability), got {f!r}.")
   return f
 
 

@@ -11,15 +11,19 @@ Subcommands:
 
 Bad arguments print a one-line error and exit with status 2 (never a
 traceback); this includes errors found by ``fit``'s own validation and
-unreadable files.
+unreadable files. ``fit --json FILE`` writes the record to a temporary file
+in FILE's folder and renames it onto FILE, so a failed run leaves neither a
+partial FILE nor a temporary file behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
 import time
 from typing import Sequence
 
@@ -101,6 +105,8 @@ def _fit(args: argparse.Namespace) -> int:
     folder = os.path.dirname(os.path.abspath(args.json))
     if not os.path.isdir(folder):
       raise _UsageError(f"--json {args.json!r}: folder {folder!r} does not exist")
+    if os.path.isdir(args.json):
+      raise _UsageError(f"--json {args.json!r} is a folder; pass a file name")
   ds, name = _load(args)
   options = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
   extra = {}
@@ -138,10 +144,32 @@ def _fit(args: argparse.Namespace) -> int:
     for field in _JSON_FIELDS:
       value = getattr(res, field)
       record[field] = value.tolist() if hasattr(value, "tolist") else value
-    with open(args.json, "w") as f:
+    _write_json_atomic(args.json, record)
+  return 0
+
+
+def _write_json_atomic(path: str, record: dict) -> None:
+  """Writes ``record`` as JSON to ``path`` all at once, or not at all.
+
+  The JSON goes to a temporary file in the same folder, which then replaces
+  ``path`` (``os.replace``, atomic on one file system). On any error the
+  temporary file is removed and ``path`` is left as it was: never a partial
+  record.
+  """
+  folder = os.path.dirname(os.path.abspath(path))
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "w") as f:
+      umask = os.umask(0)
+      os.umask(umask)
+      os.chmod(tmp, 0o666 & ~umask)  # The mode open(path, "w") would give, not mkstemp's 0600.
       json.dump(record, f, indent=2)
       f.write("\n")
-  return 0
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(tmp)
+    raise
 
 
 def _loss_options(items: Sequence[str]) -> dict:

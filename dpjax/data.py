@@ -21,6 +21,7 @@ import gzip
 import math
 import numbers
 import os
+import zlib
 from typing import Any, NamedTuple
 
 import jax
@@ -158,13 +159,25 @@ def _read_text(path: os.PathLike | str) -> str:
   with open(path, "rb") as f:
     head = f.read(3)
   if head[:2] == b"\x1f\x8b":
-    opener = gzip.open
+    opener, kind = gzip.open, "gzip"
   elif head == b"BZh":
-    opener = bz2.open
+    opener, kind = bz2.open, "bzip2"
   else:
-    opener = open
-  with opener(path, "rb") as f:
-    raw = f.read()
+    opener, kind = open, None
+  chunks: list[bytes] = []
+  try:
+    with opener(path, "rb") as f:
+      while chunk := f.read(1 << 16):  # Small chunks: a damaged stream keeps its good prefix.
+        chunks.append(chunk)
+  except (EOFError, OSError, zlib.error) as err:
+    if kind is None:  # Not a decompression error: an I/O error of a plain file.
+      raise
+    lineno = sum(c.count(b"\n") for c in chunks) + 1  # The first line not read in full.
+    raise ValueError(
+        f"{os.fspath(path)}, line {lineno}: the {kind} stream is corrupt or truncated "
+        f"({type(err).__name__}: {err}); the file is damaged: download or copy it again."
+    ) from err
+  raw = b"".join(chunks)
   try:
     return raw.decode("utf-8")
   except UnicodeDecodeError as err:
@@ -335,7 +348,8 @@ def load_libsvm(
     ``Dataset(x, y)`` of numpy arrays of ``dtype``.
 
   Raises:
-    ValueError: malformed lines (with the line number), ``n_features`` below
+    ValueError: malformed lines (with the line number), a corrupt or truncated
+      gzip/bzip2 stream (with the first line it lost), ``n_features`` below
       the largest index, labels not in {-1, +1} without ``positive_label``, or
       ``positive_label`` absent from the file.
 

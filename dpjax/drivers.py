@@ -183,9 +183,11 @@ def _output(trajectory: np.ndarray, average: str) -> np.ndarray:
 
 
 def _run_compiled(one_repeat: Callable, x: np.ndarray, y: np.ndarray, repeats: int, seed: int,
-                  timing_runs: int) -> tuple[Any, float, float]:
-  keys = jax.random.split(jax.random.key(seed), repeats)
-  args = (keys, jax.device_put(x), jax.device_put(y))
+                  timing_runs: int, placement: Any = None) -> tuple[Any, float, float]:
+  """``jit(vmap(one_repeat))`` over the repeats' keys; ``x``, ``y`` sharded as ``placement``
+  (:func:`dpjax._common.data_placement`: the caller's multi-device sharding) or on one device."""
+  keys = _common.place_replicated(jax.random.split(jax.random.key(seed), repeats), placement)
+  args = (keys, *_common.place_data(x, y, placement))
   jax.block_until_ready(args)
   fn = jax.jit(jax.vmap(one_repeat, in_axes=(0, None, None)))
   out, seconds_compile, seconds_run = _common.compile_and_time(fn, args, timing_runs)
@@ -258,7 +260,7 @@ def ball_optimum(x: Any, y: Any, *, mu: float, radius: float) -> tuple[np.ndarra
 
 def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting,
              timing_runs, average, batch_size, curvature_batch_size, guard_radius, options,
-             optimum) -> Run:
+             optimum, placement=None) -> Run:
   _check_options(algorithm, options, _POISSON_OPTIONS[algorithm])
   n, d = x.shape
   if batch_size is None:
@@ -303,7 +305,7 @@ def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, acco
     w0 = jnp.zeros((d,), x.dtype)
     return _scan_iterates(tx, w0, steps, lambda w: (None, {"data": (x, y)}), guard_radius)
 
-  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs)
+  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement)
   trajectory, state, resets = out
   objective = lambda w, x, y: glm.logistic_loss(w, x, y)  # noqa: E731
   return _finish(trajectory, state, resets, x, y, objective=objective,
@@ -337,7 +339,7 @@ def _finish(trajectory, state, resets, x, y, *, objective, host, optimum, rho, e
 
 
 def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timing_runs, average,
-           guard_radius, options) -> Run:
+           guard_radius, options, placement=None) -> Run:
   _check_options("cubic-newton", options, _CUBIC_OPTIONS)
   if "mu" not in options:
     raise ValueError("cubic-newton needs mu=<the public ridge mu > 0>: it minimises the "
@@ -365,7 +367,7 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
 
     return _scan_iterates(tx, w0, steps, inputs, guard_radius)
 
-  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs)
+  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement)
   trajectory, state, resets = out
   objective = lambda w, x, y: glm.logistic_loss(w, x, y) + 0.5 * mu * jnp.sum(w * w)  # noqa: E731
   return _finish(trajectory, state, resets, x, y, objective=objective,
@@ -378,7 +380,7 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
 
 
 def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps, repeats, seed,
-             accounting, timing_runs, average, guard_radius, options) -> Run:
+             accounting, timing_runs, average, guard_radius, options, placement=None) -> Run:
   spec = losses_lib.get_loss(loss, **loss_options)
   n, d = x.shape
   rho, epsilon, delta = accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
@@ -416,7 +418,7 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
 
     return _scan_iterates(tx, w0, steps, inputs, guard_radius)
 
-  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs)
+  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement)
   trajectory, state, resets = out
 
   def host(p):
@@ -503,6 +505,9 @@ def run(data: Any, algorithm: str, *, epsilon: float | None, rho: float | None,
       algorithm not in POISSON_ALGORITHMS:
     raise TypeError(f"batch_size / curvature_batch_size apply to {POISSON_ALGORITHMS} only; "
                     f"{algorithm!r} uses all n examples every step.")
+  # A multi-device x keeps its sharding in the compiled run (the baselines run on one device).
+  placement = _common.data_placement(data)
+  data = _common.gather_data(data)
   if general:
     loss_options = dict(loss_options or {})
     x, y = _general_data(data, loss, loss_options)
@@ -521,14 +526,15 @@ def run(data: Any, algorithm: str, *, epsilon: float | None, rho: float | None,
                 accounting=accounting, timing_runs=timing_runs, average=average,
                 guard_radius=guard_radius, options=dict(options))
   if general:
-    return _general(x, y, algorithm, loss=loss, loss_options=loss_options, **common)
+    return _general(x, y, algorithm, loss=loss, loss_options=loss_options, placement=placement,
+                    **common)
   logistic_optimum = lambda: optimum(x, y)  # noqa: E731
   if algorithm in POISSON_ALGORITHMS:
     return _poisson(x, y, algorithm, batch_size=batch_size,
                     curvature_batch_size=curvature_batch_size, optimum=logistic_optimum,
-                    **common)
+                    placement=placement, **common)
   if algorithm in CUBIC_ALGORITHMS:
-    return _cubic(x, y, **common)
+    return _cubic(x, y, placement=placement, **common)
   return _baseline(x, y, algorithm, optimum=logistic_optimum, **common)
 
 

@@ -203,9 +203,7 @@ def poisson_sampler(
         "pass exactly one of sampling_rate=<q in (0, 1]> or batch_size=<expected batch "
         "size q n>; got " + ("neither." if sampling_rate is None else "both."))
   if sampling_rate is not None:
-    q = _validate.positive_float(sampling_rate, "sampling_rate")
-    if q > 1.0:
-      raise ValueError(f"sampling_rate must be in (0, 1] (a probability), got {q!r}.")
+    q = _validate.probability(sampling_rate, "sampling_rate")
   else:
     b = _validate.positive_float(batch_size, "batch_size")
     if not 1.0 <= b <= n:

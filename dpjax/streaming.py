@@ -351,6 +351,7 @@ class StreamPlan(NamedTuple):
   repeats: int
   average: str
   options: dict
+  placement: Any = None  # the caller's multi-device sharding (_common.data_placement), or None.
 
 
 def check_data(data: Any, loss: str, label_bound: float) -> tuple[np.ndarray, np.ndarray]:
@@ -391,7 +392,8 @@ def check_plan(data: Any, algorithm: str, *, batch_size: Any, steps: Any, loss: 
   batch_size = _validate.positive_int(batch_size, "batch_size")
   label_bound = _validate.positive_float(options.get("label_bound", DEFAULT_LABEL_BOUND),
                                          "label_bound")
-  x, y = check_data(data, loss, label_bound)
+  placement = _common.data_placement(data)  # the caller's sharding, kept for the run.
+  x, y = check_data(_common.gather_data(data), loss, label_bound)
   n, d = x.shape
   if batch_size > n:
     raise ValueError(f"batch_size={batch_size} is larger than the n={n} examples; a single pass "
@@ -409,7 +411,7 @@ def check_plan(data: Any, algorithm: str, *, batch_size: Any, steps: Any, loss: 
     average = _DEFAULT_AVERAGE.get(algorithm, "none")
   average = _validate.choice(average, "average", averaging.AVERAGES)
   return StreamPlan(algorithm, x, y.astype(x.dtype), n, d, steps, batch_size, loss,
-                    _validate.positive_int(repeats, "repeats"), average, dict(options))
+                    _validate.positive_int(repeats, "repeats"), average, dict(options), placement)
 
 
 def accountant_of(state: Any) -> accounting_lib.AccountantState:
@@ -457,8 +459,9 @@ def execute(plan: StreamPlan, *, rho: float, seed: int, timing_runs: int) -> dic
                                           average=plan.average, loss=plan.loss)
     return out, w_last, losses, state
 
-  keys = jax.random.split(jax.random.key(seed), plan.repeats)
-  args = (keys, jax.device_put(x), jax.device_put(y))
+  keys = _common.place_replicated(jax.random.split(jax.random.key(seed), plan.repeats),
+                                  plan.placement)
+  args = (keys, *_common.place_data(x, y, plan.placement))  # sharded as the caller's x, or not.
   jax.block_until_ready(args)
   run = jax.jit(jax.vmap(one_repeat, in_axes=(0, None, None)))
   result, seconds_compile, seconds_run = _common.compile_and_time(run, args, timing_runs)

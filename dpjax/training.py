@@ -35,6 +35,7 @@ from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
 from dpjax import auto as auto_lib
+from dpjax import budget as budget_lib
 from dpjax import data as data_lib
 from dpjax import drivers
 from dpjax import glm
@@ -303,6 +304,7 @@ def fit(
     loss: str = "logistic",
     curvature_batch_size: int | None = None,
     loss_options: dict | None = None,
+    epsilon_budget: float | None = None,
     **algorithm_options: Any,
 ) -> FitResult:
   """Runs a private algorithm ``repeats`` times in one compiled call.
@@ -371,6 +373,14 @@ def fit(
   valid conversion. The other methods (``"cks"``, ...) are valid for any
   zCDP mechanism and give a smaller rho for the same epsilon.
 
+  **Budget enforcement** (:mod:`dpjax.budget`). A plan whose epsilon at
+  ``delta`` (``epsilon``, or ``rho`` converted) exceeds ``epsilon_budget``
+  raises :class:`dpjax.budget.BudgetExceededError` (a ``ValueError``) before
+  anything compiles. After the run, a step that a transform refused inside
+  the compiled program (its ``budget_exhausted`` or tree ``overflow`` flag)
+  raises it too, and so does any repeat whose accountant reports more than
+  ``epsilon`` (or the cap): a cut-short or overspent run never returns.
+
   **Run.** Per-repeat keys are ``jax.random.split(jax.random.key(seed),
   repeats)``; each is split into an init key and the transform's key, so
   repeats are independent and the whole result is reproducible from
@@ -394,6 +404,21 @@ def fit(
   per dataset). ``seconds_compile`` is lowering + compilation of the jitted
   run; ``seconds_run`` the compiled call until the results are ready (data
   transfer to the device excluded).
+
+  **Sharding.** If ``x`` is a ``jax.Array`` sharded over several devices
+  (e.g. ``NamedSharding(mesh, P("data", None))``, rows split along ``n``),
+  the compiled run gets ``x`` with that same sharding and ``y`` with its own
+  (a ``jax.Array`` on the same devices) or split like the rows of ``x``; the
+  keys and the parameters are replicated. The sums over examples then run on
+  the shards (partial sums and an all-reduce), and the result equals the
+  unsharded run's up to float rounding. This holds for the full-batch
+  algorithms (and :func:`fit_levels`), the Poisson, cubic and general-loss
+  drivers and the streaming algorithms; the baselines run on one device.
+  Validation, the optimum and the reporting use a host copy of the data: a
+  multi-host array (not fully addressable, after
+  ``jax.distributed.initialize()``) is gathered to every process first
+  (``multihost_utils.process_allgather``), so each host needs room for the
+  whole dataset. JAX itself refuses a row split that does not divide ``n``.
 
   Args:
     data: ``dpjax.data.Dataset`` or ``(x, y)``: ``x`` float32 (or float64 with
@@ -424,6 +449,8 @@ def fit(
       its curvature sample (default ``batch_size``).
     loss_options: the public parameters of a non-logistic ``loss``
       (:func:`dpjax.losses.get_loss`, e.g. ``{"regularization": 1e-3}``).
+    epsilon_budget: an optional cap (> 0) on the run's epsilon at ``delta``;
+      see **Budget enforcement**.
     **algorithm_options: forwarded to the transform factory.
 
   Returns:
@@ -433,6 +460,8 @@ def fit(
     ValueError, TypeError: eagerly, before any compilation, for any bad
       argument (data contract, budget, unknown names, transform options such
       as a clip ``min_eigenvalue <= 1/(4n)``).
+    dpjax.budget.BudgetExceededError: the plan exceeds ``epsilon_budget``
+      (before compiling), or the run refused a step or overspent (after it).
 
   Examples:
     >>> import dpjax
@@ -451,6 +480,41 @@ def fit(
   # --- Eager validation: nothing below compiles or runs before it passes.
   algorithm = _validate.choice(algorithm, "algorithm",
                                ALGORITHMS + STREAMING_ALGORITHMS + DRIVER_ALGORITHMS + (AUTO,))
+  loss = _validate.choice(loss, "loss",
+                          tuple(dict.fromkeys(streaming.LOSSES + drivers.losses_lib.LOSSES)))
+  if epsilon_budget is not None:
+    _check_plan_budget(data, epsilon=epsilon, rho=rho, delta=delta, method=accounting,
+                       epsilon_budget=epsilon_budget)
+  return _checked(_fit(
+      data, algorithm, epsilon=epsilon, rho=rho, delta=delta, steps=steps, repeats=repeats,
+      seed=seed, accounting=accounting, init=init, guard_radius=guard_radius,
+      timing_runs=timing_runs, average=average, batch_size=batch_size, loss=loss,
+      curvature_batch_size=curvature_batch_size, loss_options=loss_options,
+      algorithm_options=algorithm_options), epsilon_budget)
+
+
+def _check_plan_budget(data, *, epsilon, rho, delta, method, epsilon_budget) -> None:
+  """``fit``'s plan check: the run's epsilon at its delta against ``epsilon_budget``."""
+  n = int(np.shape(data[0])[0]) if isinstance(data, tuple) and np.ndim(data[0]) == 2 else None
+  if n is None or n < 1:
+    n = data_lib.validate_dataset(data).n  # raises the data contract's error
+  _, planned, delta = accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
+                                                    method=method)
+  budget_lib.check_plan(planned, epsilon_budget, delta=delta)
+
+
+def _checked(result: FitResult, epsilon_budget: float | None) -> FitResult:
+  """``fit``'s run check: no refused step, no repeat over its budget (:mod:`dpjax.budget`)."""
+  budget_lib.check_spent(result.opt_state, epsilon=result.epsilon, delta=result.delta,
+                         method=result.accounting, epsilon_budget=epsilon_budget,
+                         what=f"fit({result.algorithm!r})")
+  return result
+
+
+def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting, init,
+         guard_radius, timing_runs, average, batch_size, loss, curvature_batch_size,
+         loss_options, algorithm_options) -> FitResult:
+  """``fit`` after its name checks: dispatches to the driver, streaming or scan path."""
   if algorithm in DRIVER_ALGORITHMS or (
       algorithm in drivers.GENERAL_LOSS_ALGORITHMS and loss in drivers.losses_lib.LOSSES
       and loss != "logistic"):
@@ -570,7 +634,8 @@ def _auto_shape(data, steps, average, options) -> tuple[int, int]:
     )
   # Only the shape is needed here; `_plan` then validates the data once, before
   # any work (the rule is arithmetic on n and d).
-  if isinstance(data, tuple) and len(data) == 2 and np.ndim(data[0]) == 2 and len(data[0]):
+  if (isinstance(data, tuple) and len(data) == 2 and np.ndim(data[0]) == 2 and len(data[0])
+      and np.shape(data[0])[1]):
     n, d = np.shape(data[0])
     return int(n), int(d)
   ds = data_lib.validate_dataset(data)  # raises the data contract's error
@@ -784,6 +849,7 @@ class _Plan(NamedTuple):
   kwargs: dict  # n, steps and the algorithm's options (make_transform adds the rest).
   options: dict  # the algorithm's options alone.
   reason: str  # auto's reason, or "".
+  placement: Any = None  # the caller's multi-device sharding (_common.data_placement), or None.
 
 
 def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_runs,
@@ -795,7 +861,8 @@ def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_r
         f"steps is required for algorithm {algorithm!r}: pass steps=<T> (the number of "
         "iterations), or algorithm='auto' to have it chosen from public quantities."
     )
-  ds = data_lib.validate_dataset(data)
+  placement = _common.data_placement(data)  # the caller's sharding, kept for the run.
+  ds = data_lib.validate_dataset(_common.gather_data(data))
   if not (_validate.is_concrete(ds.x) and _validate.is_concrete(ds.y)):
     raise TypeError("fit runs on the host; pass concrete data, not values traced under jit.")
   x = np.asarray(jax.device_get(ds.x))
@@ -824,7 +891,7 @@ def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_r
     release_every = steps if refresh is None else _validate.positive_int(refresh, "refresh_every")
   return _Plan(algorithm, x, y, n, d, steps, repeats, seed, init, guard_radius, timing_runs,
                average, release_every, dict(n=n, steps=steps, **options), dict(options),
-               reason)
+               reason, placement)
 
 
 def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
@@ -905,8 +972,9 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
     curvature = _ALGORITHM_SPECS[plan.algorithm][2]
     return glm.logistic_grad_and_curvature(jnp.zeros((d,), x.dtype), x, y, curvature)[2]
 
-  keys = jax.random.split(jax.random.key(plan.seed), plan.repeats)
-  xj, yj = jax.device_put(x), jax.device_put(y)
+  keys = _common.place_replicated(jax.random.split(jax.random.key(plan.seed), plan.repeats),
+                                  plan.placement)
+  xj, yj = _common.place_data(x, y, plan.placement)  # sharded as the caller's x, or one device.
   if batched:
     # One flat vmap over (level, repeat) pairs, not nested vmaps: the batching
     # rules of the fused data pass and of the Newton solve then see the whole

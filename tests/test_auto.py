@@ -81,19 +81,30 @@ def test_choose_reads_no_data_values():
   assert not np.allclose(ra.params, rb.params)
 
 
+_AUTO_DS = dict(seed=1, n=600, d=5)
+_AUTO_EPS = [0.05, 8.0]
+
+
+@pytest.fixture(scope="module")
+def auto_choices_and_manual_fits():
+  """Per eps: auto's choice and the fit of that choice named by hand (run once, shared)."""
+  ds = data.synthetic(_AUTO_DS["seed"], n=_AUTO_DS["n"], d=_AUTO_DS["d"])
+  choices = [auto.choose(n=_AUTO_DS["n"], d=_AUTO_DS["d"], epsilon=e) for e in _AUTO_EPS]
+  manual = [fit_lib.fit(ds, c.algorithm, epsilon=e, steps=c.steps, average=c.average,
+                        repeats=3, seed=2, **c.options) for c, e in zip(choices, _AUTO_EPS)]
+  return ds, choices, manual
+
+
 @pytest.mark.parametrize("jit_levels", [False, True])
-def test_fit_auto_runs_the_choice(jit_levels):
-  ds = data.synthetic(1, n=600, d=5)
-  eps = [0.05, 8.0]
-  choices = [auto.choose(n=600, d=5, epsilon=e) for e in eps]
+def test_fit_auto_runs_the_choice(jit_levels, auto_choices_and_manual_fits):
+  ds, choices, manual_fits = auto_choices_and_manual_fits
+  eps = _AUTO_EPS
   if jit_levels:  # fit_levels: one program per distinct choice, results in level order
     results = fit_lib.fit_levels(ds, "auto", epsilons=eps, repeats=3, seed=2)
   else:
     results = [fit_lib.fit(ds, "auto", epsilon=e, repeats=3, seed=2) for e in eps]
   assert len({c.algorithm for c in choices}) == 2  # both branches in one sweep
-  for res, c, e in zip(results, choices, eps):
-    manual = fit_lib.fit(ds, c.algorithm, epsilon=e, steps=c.steps, average=c.average,
-                         repeats=3, seed=2, **c.options)
+  for res, c, e, manual in zip(results, choices, eps, manual_fits):
     assert (res.algorithm, res.steps, res.average, res.options) == (
         c.algorithm, c.steps, c.average, c.options)
     assert res.auto_reason == c.reason and res.epsilon == e

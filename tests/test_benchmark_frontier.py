@@ -1,13 +1,18 @@
 """Smoke and logic tests of the frontier benchmark (``privacy_utility.py --frontier``).
 
-One ``--frontier --quick`` run (about 30 s on 2 cores) serves the schema,
-report and merge tests; the acceptance arithmetic and the tuning rules are
-checked on hand-made inputs.
+One ``--frontier --quick`` run serves the schema, report and merge tests; the
+acceptance arithmetic and the tuning rules are checked on hand-made inputs.
+Within this module every fit the benchmark makes is memoised (``fit_memo``):
+the merge and rematch tests re-run configurations the quick run already ran
+(same data, seed and options, hence the same numbers: fits are reproducible,
+``test_training.py::test_repeats_independent_and_reproducible``), so they test
+the bookkeeping without compiling those programs a second time.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import pathlib
@@ -37,7 +42,33 @@ def fr():
 
 
 @pytest.fixture(scope="module")
-def quick_run(pu, fr, tmp_path_factory) -> pathlib.Path:
+def fit_memo(fr):
+  """Memoises ``training.fit_levels`` and ``dpjax.fit`` for this module (restored after it).
+
+  The key is everything a fit depends on: the function, the algorithm, the
+  data's bytes and every keyword argument (seed included).
+  """
+  cache: dict[tuple, object] = {}
+
+  def memo(fn):
+    def wrapped(data, algorithm, **kwargs):
+      x, y = (np.ascontiguousarray(a) for a in data)
+      key = (fn.__name__, algorithm, x.shape, str(x.dtype),
+             hashlib.sha1(x.tobytes()).hexdigest(), hashlib.sha1(y.tobytes()).hexdigest(),
+             repr(sorted(kwargs.items())))
+      if key not in cache:
+        cache[key] = fn(data, algorithm, **kwargs)
+      return cache[key]
+    return wrapped
+
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(fr.training, "fit_levels", memo(fr.training.fit_levels))
+    mp.setattr(fr.dpjax, "fit", memo(fr.dpjax.fit))
+    yield cache
+
+
+@pytest.fixture(scope="module")
+def quick_run(pu, fr, fit_memo, tmp_path_factory) -> pathlib.Path:
   out = tmp_path_factory.mktemp("frontier")
   assert pu.main(["--frontier", "--quick", "--out-dir", str(out)]) == 0
   return out

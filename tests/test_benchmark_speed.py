@@ -100,6 +100,8 @@ def test_quick_outputs_and_schema(quick_run: tuple[pathlib.Path, dict[str, Any]]
     assert r["baseline"] == speed.BASELINE_NAMES[r["family"]]
 
   assert {r["axis"] for r in payload["scaling"]} == {"n", "d"}
+  assert {r["algorithm"] for r in payload["scaling"]} == set(speed.QUICK_SCALING_ALGORITHMS)
+  assert {r["algorithm"] for r in payload["repeats"]} == set(speed.QUICK_REPEAT_ALGORITHMS)
   for r in payload["scaling"]:
     _positive(r["ms_median"], r["ms_min"], r["baseline_ms"], r["compile_s"])
     assert r["ratio"] == pytest.approx(r["ms_median"] / r["baseline_ms"])

@@ -61,3 +61,86 @@ def test_sharded_inputs_match_unsharded():
   )
   assert proc.returncode == 0, proc.stderr[-4000:]
   assert "SHARDED-OK" in proc.stdout
+
+
+# dpjax.fit with x, y sharded along n over an 8-device mesh: the compiled run
+# must receive them with that sharding (the spy on _common.compile_and_time
+# reads the compiled program's input shardings and HLO) and must reproduce
+# the unsharded fit with the same seed. Paths: fit's main path (fit and
+# fit_levels), dpjax.drivers (dp-sgd) and dpjax.streaming (otb).
+_FIT_SCRIPT = textwrap.dedent(
+    """
+    import jax, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import dpjax
+    from dpjax import _common, data, training
+
+    assert len(jax.devices()) == 8, jax.devices()
+    seen = []
+    _compile_and_time = _common.compile_and_time
+
+    def spy(fn, args, timing_runs):
+      compiled = fn.lower(*args).compile()
+      seen.append((compiled.input_shardings[0], compiled.as_text()))
+      return _compile_and_time(fn, args, timing_runs)
+
+    _common.compile_and_time = spy
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    rows, labels = NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P("data"))
+    ds = data.synthetic(5, n=800, d=6)
+    xs, ys = jax.device_put(ds.x, rows), jax.device_put(ds.y, labels)
+
+    def check_inputs(x_at, y_at):
+      (shardings, hlo), = seen
+      seen.clear()
+      x_in, y_in = shardings[x_at], shardings[y_at]
+      assert x_in.is_equivalent_to(rows, 2) and y_in.is_equivalent_to(labels, 1), shardings
+      assert len(x_in.device_set) == 8 and not x_in.is_fully_replicated
+      assert shardings[0].is_fully_replicated and len(shardings[0].device_set) == 8  # keys
+      # The row contraction runs on the shards: partial sums + all-reduce.
+      assert "all-reduce" in hlo
+
+    def check_same(out, ref, what):
+      np.testing.assert_allclose(out.params, ref.params, rtol=1e-5, err_msg=what)
+      np.testing.assert_allclose(out.excess_losses, ref.excess_losses, rtol=1e-5, err_msg=what)
+      np.testing.assert_allclose(out.losses, ref.losses, rtol=1e-5, err_msg=what)
+      np.testing.assert_allclose(out.rho_spent, ref.rho_spent, rtol=1e-6, err_msg=what)
+
+    cases = [("dp-gd", dict(steps=4)), ("hess-clip", dict(steps=4)),
+             ("precond-gd", dict(steps=4)), ("dp-sgd", dict(steps=4, batch_size=100)),
+             ("otb", dict(batch_size=100))]
+    refs = {}
+    for algorithm, kwargs in cases:
+      ref = refs[algorithm] = dpjax.fit(ds, algorithm, epsilon=2.0, repeats=2, seed=3, **kwargs)
+      seen.clear()
+      out = dpjax.fit((xs, ys), algorithm, epsilon=2.0, repeats=2, seed=3, **kwargs)
+      check_inputs(1, 2)
+      check_same(out, ref, algorithm)
+      print("SHARDED-FIT-OK", algorithm)
+    # A numpy y follows x's row split.
+    check_same(dpjax.fit((xs, np.asarray(ds.y)), "dp-gd", epsilon=2.0, steps=4, repeats=2,
+                         seed=3), refs["dp-gd"], "numpy y")
+    check_inputs(1, 2)
+    # fit_levels: (keys, budgets, x, y), one program for both levels.
+    refs = training.fit_levels(ds, "qu-clip", epsilons=[1.0, 8.0], steps=3, repeats=2)
+    seen.clear()
+    outs = training.fit_levels((xs, ys), "qu-clip", epsilons=[1.0, 8.0], steps=3, repeats=2)
+    check_inputs(2, 3)
+    for out, ref in zip(outs, refs):
+      check_same(out, ref, "fit_levels")
+    print("SHARDED-FIT-OK levels")
+    """
+)
+
+
+def test_sharded_fit_matches_unsharded():
+  env = dict(os.environ)
+  flags = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+  env["XLA_FLAGS"] = flags.strip()
+  env["JAX_PLATFORMS"] = "cpu"
+  proc = subprocess.run(
+      [sys.executable, "-c", _FIT_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+  )
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  for algorithm in ("dp-gd", "hess-clip", "precond-gd", "dp-sgd", "otb", "levels"):
+    assert f"SHARDED-FIT-OK {algorithm}" in proc.stdout, proc.stdout

@@ -186,12 +186,16 @@ def test_decreasing_schedule_takes_the_node_maximum():
 @pytest.mark.parametrize("jit", [False, True])
 def test_buffered_equals_regenerate_bitwise(jit):
   leaf = {"w": jnp.zeros((3, 4)), "b": jnp.zeros(2)}
+  # Every step up to the capacity 2^L - 1. Eagerly, each regenerate step
+  # compiles its level loop anew (~1 s), so the eager run fills a 3-level tree
+  # (all 7 steps) and the jitted run a 4-level one (all 15 steps).
+  levels = 4 if jit else 3
 
   def run(mode):
-    st = ta.tree_init(leaf, num_levels=4, key=11, mode=mode)
+    st = ta.tree_init(leaf, num_levels=levels, key=11, mode=mode)
     out = []
     step = maybe_jit(lambda s: ta.tree_step(s, noise_std=0.5, mode=mode), jit)
-    for _ in range(15):
+    for _ in range(ta.capacity(levels)):
       g, st = step(st)
       out.append(g)
     return out
@@ -206,12 +210,11 @@ def test_jit_equals_eager_and_vmap_equals_loop(mode):
   eager = [_stream(jax.random.key(k), mode, levels=4, steps=15)[0] for k in range(3)]
   batched = jax.jit(jax.vmap(lambda k: _stream(k, mode, levels=4, steps=15)[0]))(
       jax.random.split(jax.random.key(0), 3))
-  looped = [jax.jit(lambda k: _stream(k, mode, levels=4, steps=15)[0])(k)
-            for k in jax.random.split(jax.random.key(0), 3)]
+  one = jax.jit(lambda k: _stream(k, mode, levels=4, steps=15)[0])  # compiled once, called 6x
+  looped = [one(k) for k in jax.random.split(jax.random.key(0), 3)]
   for b, l in zip(batched, looped):
     np.testing.assert_allclose(np.asarray(b), np.asarray(l), rtol=1e-6, atol=1e-6)
-  jitted = [jax.jit(lambda k: _stream(k, mode, levels=4, steps=15)[0])(jax.random.key(k))
-            for k in range(3)]
+  jitted = [one(jax.random.key(k)) for k in range(3)]
   for e, j in zip(eager, jitted):
     np.testing.assert_allclose(np.asarray(e), np.asarray(j), rtol=1e-6, atol=1e-6)
 

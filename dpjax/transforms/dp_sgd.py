@@ -267,11 +267,11 @@ def dp_sgd(
     steps = _validate.positive_int(steps, "steps")
   clip_norm = _validate.positive_float(clip_norm, "clip_norm")
   learning_rate = _resolve_learning_rate(learning_rate, loss)
-  key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
   sampler = sampling.poisson_sampler(
       n, sampling_rate=sampling_rate, batch_size=batch_size, cap=cap, overflow_prob=overflow_prob)
   z = _resolve_noise_multiplier(noise_multiplier, epsilon, delta, steps, n, sampler)
+  key = _common.canonical_key(key)  # After every host check: making a key runs JAX.
 
   # The one place the DP-SGD noise and its charge are derived (spec 2.2).
   rdp_step = accounting.subsampled_gaussian_rdp(sampler.sampling_rate, z)

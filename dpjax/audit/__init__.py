@@ -1,0 +1,18 @@
+"""Empirical privacy audits: lower bounds on epsilon from many runs on neighbouring datasets.
+
+* :mod:`dpjax.audit.bounds`: Clopper-Pearson intervals and the empirical
+  epsilon lower bound over all thresholds (Jagielski et al. 2020; Nasr et al.
+  2021);
+* :mod:`dpjax.audit.mechanisms`: the audits of dpjax's shipped mechanisms
+  with worst-case canaries, and their deliberately broken negative controls.
+
+Needs the ``audit`` extra (scipy).
+"""
+
+from dpjax.audit import bounds
+from dpjax.audit import mechanisms
+from dpjax.audit.bounds import EpsilonLowerBound, clopper_pearson, empirical_epsilon
+from dpjax.audit.mechanisms import AuditResult, AuditSetup, make_setup, run_audit, scaled_noise
+
+__all__ = ["AuditResult", "AuditSetup", "EpsilonLowerBound", "bounds", "clopper_pearson",
+           "empirical_epsilon", "make_setup", "mechanisms", "run_audit", "scaled_noise"]

@@ -1,0 +1,15 @@
+"""Audit of AOP (host float64, one eager call per run): 3,000 runs a side here, 20,000 in benchmarks/audit.py."""
+
+from __future__ import annotations
+
+from dpjax.audit import mechanisms
+
+
+def test_aop_audit_and_negative_control():
+  assert mechanisms.CONTROLS["aop"] == "noise/10"
+  ok = mechanisms.run_audit(mechanisms.make_setup("aop"), num_samples=3000)
+  assert ok.claimed_epsilon == 2.0 and ok.consistent, ok
+  bad = mechanisms.run_audit(mechanisms.make_setup("aop", broken="noise/10"), num_samples=3000)
+  assert not bad.consistent, bad
+  assert bad.lower_bound.epsilon > ok.lower_bound.epsilon
+
