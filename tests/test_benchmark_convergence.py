@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from conftest import load_benchmark
+from conftest import known_optima, load_benchmark
 
 
 _RUN_KEYS = {
@@ -50,7 +50,8 @@ def convergence() -> ModuleType:
 @pytest.fixture(scope="module")
 def quick_run(convergence: ModuleType, tmp_path_factory: pytest.TempPathFactory):
   out = tmp_path_factory.mktemp("convergence")
-  status = convergence.main(["--quick", "--out-dir", str(out)])
+  with known_optima():  # skips seconds of float64 Newton (the solver: test_solve.py)
+    status = convergence.main(["--quick", "--out-dir", str(out)])
   return status, out
 
 
@@ -76,7 +77,10 @@ def test_quick_writes_schema(convergence: ModuleType, quick_run) -> None:
   assert isinstance(payload["machine"], dict) and "cpu" in payload["machine"]
   assert [s["dataset"] for s in payload["settings"]] == list(convergence.QUICK_DATASETS)
 
-  algorithms = set(convergence._harness.ALGORITHMS)
+  algorithms = set(convergence.QUICK_ALGORITHMS)
+  assert algorithms <= set(convergence._harness.ALGORITHMS)
+  assert {convergence._harness.algorithm_family(a) for a in algorithms} == {
+      "first-order", "second-order"}
   for setting in payload["settings"]:
     _check_types(setting, _SETTING_KEYS, setting["dataset"])
     assert setting["accounting"] == "gaussian"

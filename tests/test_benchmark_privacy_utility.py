@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from conftest import load_benchmark
+from conftest import known_optima, load_benchmark
 from dpjax import accounting
 
 
@@ -29,7 +29,8 @@ def pu():
 @pytest.fixture(scope="module")
 def quick_run(pu, tmp_path_factory):
   out = tmp_path_factory.mktemp("pu")
-  assert pu.main(["--quick", "--out-dir", str(out)]) == 0
+  with known_optima():  # skips seconds of float64 Newton (the solver: test_solve.py)
+    assert pu.main(["--quick", "--out-dir", str(out)]) == 0
   return out
 
 

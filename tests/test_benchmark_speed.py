@@ -90,7 +90,8 @@ def test_quick_outputs_and_schema(quick_run: tuple[pathlib.Path, dict[str, Any]]
   _check_rows(payload["memory"], _MEMORY)
 
   per_iter = payload["per_iteration"]
-  assert {r["algorithm"] for r in per_iter} == set(speed._harness.ALGORITHMS)
+  assert {r["algorithm"] for r in per_iter} == set(speed.QUICK_ALGORITHMS)
+  assert {r["family"] for r in per_iter} == {"first-order", "second-order"}
   for r in per_iter:
     _positive(r["ms_median"], r["ms_min"], r["baseline_ms"], r["baseline_ms_min"], r["compile_s"])
     assert r["ms_min"] <= r["ms_median"] and r["baseline_ms_min"] <= r["baseline_ms"]
