@@ -14,8 +14,8 @@ the same record and all scripts take the same flags:
 * :func:`machine_info` records the CPU, cores, load, versions, devices, the git
   commit and the exact command; :func:`write_results` stores it beside every
   JSON and markdown result.
-* :func:`progress` / :class:`ProgressBar` draw a dependency-free progress bar
-  over a grid (stderr).
+* :func:`progress` / :class:`ProgressBar` (from :mod:`dpjax.progress`) draw a
+  dependency-free progress bar over a grid (stderr).
 * :func:`compile_fn` and :func:`time_interleaved` keep compile time out of the
   timings (ecosystem.md section 6: warm up, ``block_until_ready``, median and
   min, interleave the variants being compared).
@@ -37,7 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jaxlib
@@ -51,6 +51,7 @@ SCHEMA_VERSION = 1
 sys.path.insert(0, str(REPO))
 from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import training  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.progress import ProgressBar, progress  # noqa: E402,F401  pylint: disable=g-import-not-at-top
 
 
 # ----------------------------------------------------------------------------
@@ -342,51 +343,6 @@ def hide_unused(axes, k: int) -> None:
   """Turns off the panels after the first ``k`` of a :func:`panels` grid."""
   for ax in list(axes.flat)[k:]:
     ax.axis("off")
-
-
-class ProgressBar:
-  """``desc [#####.....] k/total elapsed label`` on stderr; ``update(label)`` per item.
-
-  On a terminal the line is redrawn in place; otherwise (logs, CI) one line is
-  written per update.
-  """
-
-  width = 28
-
-  def __init__(self, total: int, desc: str = "", stream=None):
-    self.total, self.desc, self.k = max(int(total), 1), desc, 0
-    self.stream = stream or sys.stderr
-    self.tty = self.stream.isatty()
-    self.t0 = time.perf_counter()
-
-  def _draw(self, label: str) -> None:
-    filled = int(self.width * min(self.k, self.total) / self.total)
-    line = (f"{self.desc} [{'#' * filled}{'.' * (self.width - filled)}] {self.k}/{self.total} "
-            f"{time.perf_counter() - self.t0:6.1f}s {label}")
-    self.stream.write(("\r" + line[:150].ljust(150)) if self.tty else line + "\n")
-    self.stream.flush()
-
-  def update(self, label: str = "") -> None:
-    """Announces the next item (``label``) and counts the previous one as done."""
-    self._draw(str(label)[:60])
-    self.k += 1
-
-  def close(self) -> None:
-    self._draw("done")
-    if self.tty:
-      self.stream.write("\n")
-    self.stream.flush()
-
-
-def progress(items: Iterable[Any], total: int | None = None, desc: str = "",
-             stream=None) -> Iterator[Any]:
-  """Yields ``items`` while drawing a :class:`ProgressBar` labelled with each item."""
-  items = list(items) if total is None else items
-  bar = ProgressBar(len(items) if total is None else total, desc, stream)
-  for item in items:
-    bar.update(str(item))
-    yield item
-  bar.close()
 
 
 def compile_fn(fn: Callable, *args) -> tuple[Callable, float]:

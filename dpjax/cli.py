@@ -4,16 +4,19 @@ Subcommands:
 
 * ``fit``: one private training run (:func:`dpjax.fit`) on a LIBSVM file
   (paper preprocessing, ``dpjax.data.load_libsvm``) or on the built-in
-  ``synthetic`` data; prints a one-line summary and can write a JSON record.
+  ``synthetic`` data; prints a one-line summary, and can write a JSON record
+  (``--json FILE``) and the excess loss against the step as an image
+  (``--plot FILE``, needs matplotlib).
 * ``demo``: no arguments needed. Compares DP-GD with the four double-noise
   Newton variants at eps in {0.1, 1, 10} on the built-in synthetic data and
   prints a table of excess loss (mean +- s.e.) and run time.
 
 Bad arguments print a one-line error and exit with status 2 (never a
 traceback); this includes errors found by ``fit``'s own validation and
-unreadable files. ``fit --json FILE`` writes the record to a temporary file
-in FILE's folder and renames it onto FILE, so a failed run leaves neither a
-partial FILE nor a temporary file behind.
+unreadable files. ``fit --json FILE`` and ``fit --plot FILE`` write to a
+temporary file in FILE's folder and rename it onto FILE, so a failed run
+leaves neither a partial FILE nor a temporary file behind. Both commands show
+a progress bar on stderr (:mod:`dpjax.progress`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import sys
 import tempfile
 import time
 from typing import Sequence
+
+from dpjax.progress import ProgressBar
 
 __all__ = ["main"]
 
@@ -99,14 +104,23 @@ def _load(args: argparse.Namespace):
 
 
 def _fit(args: argparse.Namespace) -> int:
+  if args.json is not None:  # Fail before the run, not after it.
+    _check_output_path("--json", args.json)
+  plot_format = _check_plot(args) if args.plot is not None else None
+  outputs = [f for f in (args.json, args.plot) if f is not None]
+  # Only on a terminal: logs and scripts get the one summary line (or one error line).
+  bar = ProgressBar(2 + bool(outputs), "dpjax fit", only_tty=True)
+  try:
+    return _fit_run(args, bar, outputs, plot_format)
+  except BaseException:
+    bar.end_line()
+    raise
+
+
+def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_format) -> int:
   from dpjax import training as fit_lib
 
-  if args.json is not None:  # Fail before the run, not after it.
-    folder = os.path.dirname(os.path.abspath(args.json))
-    if not os.path.isdir(folder):
-      raise _UsageError(f"--json {args.json!r}: folder {folder!r} does not exist")
-    if os.path.isdir(args.json):
-      raise _UsageError(f"--json {args.json!r} is a folder; pass a file name")
+  bar.update(f"load {args.data if args.data == 'synthetic' else os.path.basename(args.data)}")
   ds, name = _load(args)
   options = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
   extra = {}
@@ -114,12 +128,15 @@ def _fit(args: argparse.Namespace) -> int:
     extra["curvature_batch_size"] = args.curvature_batch_size
   if args.loss_option:
     extra["loss_options"] = _loss_options(args.loss_option)
+  bar.update(f"{args.algorithm}: optimum, compile, run")
   res = fit_lib.fit(
       ds, args.algorithm, epsilon=args.epsilon, rho=args.rho, delta=args.delta,
       steps=args.steps, repeats=args.repeats, seed=args.seed, accounting=args.accounting,
       init=args.init, average=args.average, batch_size=args.batch_size, loss=args.loss,
       **extra, **options,
   )
+  if outputs:
+    bar.update("write " + ", ".join(os.path.basename(f) for f in outputs))
   resets = int(res.guard_resets.sum())
   label = f"{res.algorithm} (chosen by auto)" if args.algorithm == fit_lib.AUTO else res.algorithm
   if res.algorithm in fit_lib.STREAMING_ALGORITHMS:
@@ -145,26 +162,98 @@ def _fit(args: argparse.Namespace) -> int:
       value = getattr(res, field)
       record[field] = value.tolist() if hasattr(value, "tolist") else value
     _write_json_atomic(args.json, record)
+  if args.plot is not None:
+    _write_atomic(args.plot, lambda f: _loss_curve(res, name).savefig(f, format=plot_format))
+  bar.close()
   return 0
 
 
-def _write_json_atomic(path: str, record: dict) -> None:
-  """Writes ``record`` as JSON to ``path`` all at once, or not at all.
+def _check_plot(args: argparse.Namespace) -> str:
+  """Checks ``--plot FILE`` before the run; returns the image format."""
+  _check_output_path("--plot", args.plot)
+  try:
+    from matplotlib.figure import Figure
+  except ImportError:
+    raise _UsageError("--plot needs matplotlib: pip install 'dpjax[plot]'") from None
+  fmt = os.path.splitext(args.plot)[1].lstrip(".").lower()
+  formats = Figure().canvas.get_supported_filetypes()
+  if fmt not in formats:
+    raise _UsageError(
+        f"--plot {args.plot!r}: the file extension must name an image format, one of "
+        f"{', '.join(sorted(formats))} (e.g. loss.png)"
+    )
+  if args.algorithm == "aop":
+    raise _UsageError("--plot draws the loss at every step; aop takes no steps (drop --plot)")
+  return fmt
 
-  The JSON goes to a temporary file in the same folder, which then replaces
+
+def _loss_curve(res, name: str):
+  """The loss-against-step figure of ``fit --plot``: excess loss at w_0 .. w_T."""
+  import numpy as np
+  from matplotlib.figure import Figure
+
+  from dpjax.training import STREAMING_ALGORITHMS
+
+  excess = np.asarray(res.losses, dtype=np.float64) - res.loss_star  # [repeats, T + 1]
+  steps = np.arange(excess.shape[1])
+  fig = Figure(figsize=(6.4, 4.2), dpi=100)
+  ax = fig.add_subplot()
+  if res.repeats <= 10:
+    for row in excess:
+      ax.plot(steps, row, color="tab:blue", alpha=0.25, linewidth=0.8)
+  mean = excess.mean(axis=0)
+  ax.plot(steps, mean, color="tab:blue", linewidth=1.8, label=f"mean of {res.repeats} repeat(s)")
+  if res.average != "none":
+    ax.axhline(res.excess_loss_mean, color="tab:red", linestyle="--", linewidth=1.2,
+               label=f"output ({res.average} average): {res.excess_loss_mean:.3g}")
+  positive = bool(np.all(excess > 0)) and res.excess_loss_mean > 0
+  ax.set_yscale("log" if positive else "symlog", **({} if positive else {"linthresh": 1e-6}))
+  ax.set_xlabel("step t")
+  ylabel = "excess loss  L(w_t) - L(w*)"
+  if res.algorithm in STREAMING_ALGORITHMS:
+    ylabel = "excess loss (t < T: loss of batch t before step t; T: full data)"
+  ax.set_ylabel(ylabel)
+  ax.set_title(f"{res.algorithm} on {name}: eps={res.epsilon:.3g}, delta={res.delta:.2g}, "
+               f"n={res.n}, d={res.d}", fontsize=10)
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  return fig
+
+
+def _check_output_path(flag: str, path: str) -> None:
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    raise _UsageError(f"{flag} {path!r}: folder {folder!r} does not exist")
+  if os.path.isdir(path):
+    raise _UsageError(f"{flag} {path!r} is a folder; pass a file name")
+
+
+def _write_json_atomic(path: str, record: dict) -> None:
+  """Writes ``record`` as JSON to ``path`` all at once, or not at all."""
+
+  def write(f) -> None:
+    f.write((json.dumps(record, indent=2) + "\n").encode())
+
+  _write_atomic(path, write)
+
+
+def _write_atomic(path: str, write) -> None:
+  """Calls ``write(binary_file)`` and puts the result at ``path`` all at once.
+
+  The bytes go to a temporary file in the same folder, which then replaces
   ``path`` (``os.replace``, atomic on one file system). On any error the
   temporary file is removed and ``path`` is left as it was: never a partial
-  record.
+  file.
   """
   folder = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
   try:
-    with os.fdopen(fd, "w") as f:
+    with os.fdopen(fd, "wb") as f:
       umask = os.umask(0)
       os.umask(umask)
       os.chmod(tmp, 0o666 & ~umask)  # The mode open(path, "w") would give, not mkstemp's 0600.
-      json.dump(record, f, indent=2)
-      f.write("\n")
+      write(f)
     os.replace(tmp, path)
   except BaseException:
     with contextlib.suppress(FileNotFoundError):
@@ -192,28 +281,25 @@ def _demo(args: argparse.Namespace) -> int:
   n, d = ds.x.shape
   epsilons = args.epsilons
   names = fit_lib.ALGORITHMS + (fit_lib.AUTO,)
-  jobs = [(alg, eps) for alg in names for eps in epsilons]
 
-  def progress(i: int, label: str) -> None:
-    width = 30
-    done = width * i // len(jobs)
-    end = "\n" if i == len(jobs) else ""
-    print(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{len(jobs)} {label:<22}", end=end,
-          flush=True, file=sys.stderr)
-
+  # One compiled program per algorithm serves every eps (dpjax.training.fit_levels: the budget
+  # is a traced scalar); auto gets one program per distinct choice.
+  bar = ProgressBar(len(names) + 1, "dpjax demo")
   t_start = time.perf_counter()
-  progress(0, "exact optimum")
+  bar.update("exact optimum")
   fit_lib.optimum_loss(ds.x, ds.y)
-  results = {}
-  compile_s = 0.0
-  for i, (alg, eps) in enumerate(jobs):
-    progress(i, f"{alg} eps={eps:g}")
+  results, seconds = {}, {}
+  for alg in names:
+    bar.update(f"{alg} at eps {', '.join(f'{e:g}' for e in epsilons)}")
     steps = {} if alg == fit_lib.AUTO else {"steps": _DEMO_STEPS[alg]}
-    res = fit_lib.fit(ds, alg, epsilon=eps, repeats=args.repeats, seed=args.seed, **steps)
-    results[alg, eps] = res
-    compile_s += res.seconds_compile
-  progress(len(jobs), "done")
+    levels = fit_lib.fit_levels(ds, alg, epsilons=epsilons, repeats=args.repeats, seed=args.seed,
+                                **steps)
+    results.update({(alg, eps): r for eps, r in zip(epsilons, levels)})
+    programs = {(r.algorithm, r.steps): (r.seconds_compile, r.seconds_run) for r in levels}
+    seconds[alg] = tuple(map(sum, zip(*programs.values())))
+  bar.close()
   total = time.perf_counter() - t_start
+  compile_s = sum(c for c, _ in seconds.values())
 
   some = next(iter(results.values()))
   print(
@@ -231,16 +317,18 @@ def _demo(args: argparse.Namespace) -> int:
   )
   header = ["algorithm", "T"] + [
       f"eps={e:g} (rho={results[fit_lib.ALGORITHMS[0], e].rho:.3g})" for e in epsilons
-  ]
+  ] + ["run time"]
   rows = []
   for alg in names:
     cells = []
     for eps in epsilons:
       r = results[alg, eps]
       chosen = f" ({r.algorithm}, T={r.steps})" if alg == fit_lib.AUTO else ""
-      cells.append(f"{r.excess_loss_mean:.4f} ± {r.excess_loss_se:.4f}, {r.seconds_run:.2f} s{chosen}")
-    rows.append([alg, "auto" if alg == fit_lib.AUTO else str(_DEMO_STEPS[alg])] + cells)
-  print("excess loss over the non-private optimum (mean ± s.e.), run time of all repeats:")
+      cells.append(f"{r.excess_loss_mean:.4f} ± {r.excess_loss_se:.4f}{chosen}")
+    steps = "auto" if alg == fit_lib.AUTO else str(_DEMO_STEPS[alg])
+    rows.append([alg, steps] + cells + [f"{seconds[alg][1]:.2f} s"])
+  print(f"excess loss over the non-private optimum (mean ± s.e.); run time of all "
+        f"{len(epsilons)} levels x {args.repeats} repeats, which run together in one program:")
   print(_table(header, rows))
   print(
       f"\nloss* = {some.loss_star:.6f} (float64 Newton). Run times exclude compilation "
@@ -354,6 +442,9 @@ def _build_parser() -> argparse.ArgumentParser:
   fit.add_argument("--data-seed", type=int, default=0,
                    help="seed of the synthetic data (default 0)")
   fit.add_argument("--json", metavar="FILE", default=None, help="write the result fields as JSON")
+  fit.add_argument("--plot", metavar="FILE", default=None,
+                   help="save the excess loss against the step as an image (FILE.png, .pdf, .svg; "
+                        "needs matplotlib: pip install 'dpjax[plot]')")
   fit.set_defaults(func=_fit)
 
   demo = sub.add_parser("demo", help="compare DP-GD and the Newton variants on synthetic data")

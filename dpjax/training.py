@@ -894,26 +894,44 @@ def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_r
                reason, placement)
 
 
-def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
-  """Compiles and runs ``plan`` at ``levels`` = [(rho, epsilon, delta, method)].
+def repeat_fn(algorithm: str, kwargs: dict, *, d: int, init: str = "zeros",
+              average: str = "none", guard_radius: float = DEFAULT_GUARD_RADIUS) -> Callable:
+  """One repeat of a :func:`fit` run, as a pure function to ``jit``/``vmap``.
 
-  ``batched=False`` (one level) closes over the Python ``rho``: exact host
-  calibration and charges. ``batched=True`` vmaps over a traced ``rho``.
+  Args:
+    algorithm: one of :data:`ALGORITHMS`.
+    kwargs: ``n``, ``steps`` and the algorithm's options (what
+      :func:`make_transform` gets besides the key and the budget).
+    d: the number of features.
+    init: one of :data:`INITS`.
+    average: one of :data:`AVERAGES`.
+    guard_radius: the public divergence guard of :func:`fit_step`.
+
+  Returns:
+    ``one_repeat(key, rho, x, y, h0=None) -> (output, w_T, losses, resets,
+    state)``: the output (``w_T`` or the tail average), the final iterate, the
+    ``[steps + 1]`` mean losses at ``w_0 .. w_T`` (reporting only), the number
+    of guard resets and the final transform state. ``key`` gives the start
+    (``init="random-unit"``) and the transform's key, as in :func:`fit`;
+    ``h0`` is precond-gd's first curvature matrix when the caller computed it
+    once for many repeats from the shared start 0.
   """
-  x, y, d, init, kwargs = plan.x, plan.y, plan.d, plan.init, plan.kwargs
-  guard_radius, steps, release_every = plan.guard_radius, plan.steps, plan.release_every
-  averaged = plan.average != "none"
-  window = averaging.window_size(steps, plan.average)
-  loss_star, ridge = optimum_loss(x, y)
+  steps = kwargs["steps"]
+  averaged = average != "none"
+  window = averaging.window_size(steps, average)
+  # precond-gd releases its curvature every `refresh_every` steps (once by default).
+  release_every = None
+  if algorithm == "precond-gd":
+    release_every = kwargs.get("refresh_every") or steps
 
-  def one_repeat(key, rho, x, y, h0):
+  def one_repeat(key, rho, x, y, h0=None):
     init_key, tx_key = jax.random.split(key)
     if init == "zeros":
       w0 = jnp.zeros((d,), x.dtype)
     else:
       g = jax.random.normal(init_key, (d,), x.dtype)
       w0 = g / jnp.linalg.norm(g)
-    tx, curvature = make_transform(plan.algorithm, key=tx_key, rho=rho, **kwargs)
+    tx, curvature = make_transform(algorithm, key=tx_key, rho=rho, **kwargs)
     state = tx.init(w0)
 
     def advance(one_step):
@@ -963,6 +981,21 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
     w, state, resets, _, avg, _ = carry
     losses = jnp.concatenate([losses, glm.logistic_loss(w, x, y)[None]])
     return (avg if averaged else w), w, losses, resets, state
+
+  return one_repeat
+
+
+def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
+  """Compiles and runs ``plan`` at ``levels`` = [(rho, epsilon, delta, method)].
+
+  ``batched=False`` (one level) closes over the Python ``rho``: exact host
+  calibration and charges. ``batched=True`` vmaps over a traced ``rho``.
+  """
+  d, init, release_every = plan.d, plan.init, plan.release_every
+  x, y = plan.x, plan.y
+  loss_star, ridge = optimum_loss(x, y)
+  one_repeat = repeat_fn(plan.algorithm, plan.kwargs, d=d, init=init, average=plan.average,
+                         guard_radius=plan.guard_radius)
 
   def shared_h0(x, y):
     # precond-gd from the shared start 0: the first release's matrix is the

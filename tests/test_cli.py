@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -150,7 +151,8 @@ def test_demo_small(capsys):
   rows = [line for line in out.splitlines() if line.startswith("| ") and "±" in line]
   assert [r.split("|")[1].strip() for r in rows] == list(fit_lib.ALGORITHMS) + ["auto"]
   assert "(precond-gd, T=" in rows[-1] or "(dp-gd, T=" in rows[-1]
-  assert "7/7 done" in captured.err  # progress bar
+  last = captured.err.strip().splitlines()[-1]  # progress bar: optimum + 7 algorithms
+  assert last.startswith("dpjax demo [####") and " 8/8 " in last and last.endswith("done")
 
 
 def _run(argv, capsys):
@@ -191,6 +193,11 @@ _OTB = ["fit", "--data", "synthetic", "--algorithm", "otb", "--epsilon", "1"]
         (["fit", "--data", "/no/such/file.svm", "--algorithm", "dp-gd", "--epsilon", "1",
           "--steps", "2"], "no such file"),
         (_FIT + ["--epsilon", "1", "--json", "/no/such/folder/r.json"], "does not exist"),
+        (_FIT + ["--epsilon", "1", "--plot", "/no/such/folder/loss.png"], "does not exist"),
+        (_FIT + ["--epsilon", "1", "--plot", "loss.xyz"], "must name an image format"),
+        (_FIT + ["--epsilon", "1", "--plot", "loss"], "must name an image format"),
+        (["fit", "--data", "synthetic", "--algorithm", "aop", "--epsilon", "1", "--plot",
+          "loss.png"], "aop takes no steps"),
         (["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1"],
          "steps is required for algorithm 'dp-gd'"),
         (["fit", "--data", "synthetic", "--algorithm", "auto", "--epsilon", "1", "--steps", "5"],
@@ -266,3 +273,41 @@ def test_bad_arguments_as_module_exit_2():
   )
   assert proc.returncode == 2
   assert proc.stderr.strip() == "dpjax fit: error: epsilon must be > 0, got -1.0."
+
+
+class _Terminal(io.StringIO):
+  """A stderr that says it is a terminal, so the progress bar draws in place."""
+
+  def isatty(self) -> bool:
+    return True
+
+
+@pytest.mark.parametrize("ext", ["png", "svg"])
+def test_fit_plot_writes_the_loss_curve(tmp_path, capsys, monkeypatch, ext):
+  out = tmp_path / f"loss.{ext}"
+  argv = ["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "6",
+          "--repeats", "2", "--average", "last-half", "--plot", str(out)]
+  assert cli.main(argv) == 0
+  assert capsys.readouterr().err == ""  # no bar when stderr is not a terminal
+  blob = out.read_bytes()
+  if ext == "png":
+    assert blob.startswith(b"\x89PNG") and len(blob) > 10_000
+  else:
+    text = blob.decode()
+    assert "<svg" in text and "excess loss" in text and "step t" in text
+    assert "dp-gd on synthetic(seed=0)" in text and "last-half average" in text
+  assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left
+  tty = _Terminal()
+  monkeypatch.setattr(sys, "stderr", tty)
+  assert cli.main(argv) == 0
+  frames = tty.getvalue().split("\r")
+  assert "dpjax fit [" in frames[1] and "load synthetic" in frames[1]
+  assert "3/3" in frames[-1] and frames[-1].rstrip().endswith("done")
+
+
+def test_fit_plot_without_matplotlib_fails_before_the_run(tmp_path, capsys, monkeypatch):
+  monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+  code, err = _run(["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1",
+                    "--steps", "2", "--plot", str(tmp_path / "loss.png")], capsys)
+  assert code == 2 and "pip install 'dpjax[plot]'" in err
+  assert list(tmp_path.iterdir()) == []

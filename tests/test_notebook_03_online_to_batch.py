@@ -1,0 +1,13 @@
+"""Executes colab/03_online_to_batch.ipynb headlessly and checks the committed copy (helper: tests/_notebooks.py)."""
+
+import _notebooks
+
+NAME = "03_online_to_batch.ipynb"
+
+
+def test_committed_notebook():
+  _notebooks.check_committed(NAME)
+
+
+def test_notebook_runs():
+  _notebooks.execute(NAME)

@@ -1,0 +1,157 @@
+"""Every code block of README.md runs (issue 9).
+
+* ``python`` blocks run one by one, each in a fresh namespace (a newcomer
+  copies one block, so each must stand alone), in a temporary working folder.
+* ``bash`` blocks are split into commands (``&&``, lines, ``\\`` continuations,
+  ``#`` comments). Each command is one of:
+
+  - ``pip install -e ".[EXTRAS]"``: every extra exists in pyproject.toml (the
+    suite runs in the environment that command built);
+  - ``python -m pytest [PATHS]``: this suite; ``.ci/run`` must run the README's
+    test command exactly, and every path must exist;
+  - ``python -m dpjax ...``: run in a temporary folder (``../shared/data`` read
+    as the shared data folder), and must exit 0 and print its result (a command
+    that reads a shared LIBSVM file is skipped when the file is absent);
+  - ``python benchmarks/SCRIPT.py FLAGS``: the script's own parser accepts the
+    flags. These runs take minutes to hours; their ``--quick`` runs are tested
+    in ``tests/test_benchmark_*.py``.
+
+  Any other command fails the test, so a new kind of block needs a rule here.
+* A fence without one of these two languages fails too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+import pytest
+
+try:
+  import tomllib
+except ImportError:  # Python 3.10
+  tomllib = pytest.importorskip("tomli")
+
+from conftest import DATA_DIR, REPO_ROOT
+
+README = REPO_ROOT / "README.md"
+_FENCE = re.compile(r"^```(\S*)\n(.*?)^```$", re.M | re.S)
+
+
+def _blocks() -> list[tuple[str, int, str, str]]:
+  """``(language, line, section, code)`` of every fenced block of the README."""
+  text = README.read_text()
+  out = []
+  for m in _FENCE.finditer(text):
+    line = text.count("\n", 0, m.start()) + 2  # the first line of code
+    heads = re.findall(r"^#{1,3} (.+)$", text[:m.start()], re.M)
+    out.append((m.group(1), line, heads[-1] if heads else "", m.group(2)))
+  return out
+
+
+def _block_id(block) -> str:
+  lang, line, section, _ = block
+  return f"{lang}-L{line}-{re.sub(r'[^a-z0-9]+', '-', section.lower()).strip('-')[:40]}"
+
+
+BLOCKS = _blocks()
+PYTHON = [b for b in BLOCKS if b[0] == "python"]
+BASH = [b for b in BLOCKS if b[0] == "bash"]
+
+
+def _commands(code: str) -> list[list[str]]:
+  joined = code.replace("\\\n", " ")
+  commands = []
+  for line in joined.splitlines():
+    words = shlex.split(line, comments=True)
+    while words:
+      cut = words.index("&&") if "&&" in words else len(words)
+      commands.append(words[:cut])
+      words = words[cut + 1:]
+  return [c for c in commands if c]
+
+
+def test_every_block_is_python_or_bash():
+  assert len(PYTHON) >= 10 and len(BASH) >= 4
+  assert [b for b in BLOCKS if b[0] not in ("python", "bash")] == []
+
+
+def test_quick_start_is_two_commands_and_ci_runs_the_second():
+  quick = [b for b in BASH if b[2] == "Quick start"]
+  assert len(quick) == 2
+  demo, tests = (_commands(b[3]) for b in quick)
+  assert demo == [["pip", "install", "-e", ".[dev]"], ["python", "-m", "dpjax", "demo"]]
+  assert tests == [["pip", "install", "-e", ".[dev]"], ["python", "-m", "pytest"]]
+  ci = (REPO_ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+  assert ci == quick[1][3].strip()
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[_block_id(b) for b in PYTHON])
+def test_python_block_runs(block, tmp_path, monkeypatch, capsys):
+  _, line, _, code = block
+  monkeypatch.chdir(tmp_path)
+  # Pad so that a traceback names the README's own line numbers.
+  exec(compile("\n" * (line - 1) + code, str(README), "exec"), {"__name__": "__readme__"})
+  assert capsys.readouterr().out.strip(), "every README example prints what it computed"
+
+
+class _Parsed(Exception):
+  """Raised by the patched ``parse_args`` once a script's flags are accepted."""
+
+
+def _check_benchmark_flags(script: pathlib.Path, flags: list[str], monkeypatch) -> None:
+  spec = importlib.util.spec_from_file_location(f"_readme_{script.stem}", script)
+  module = importlib.util.module_from_spec(spec)
+  monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
+  monkeypatch.syspath_prepend(str(script.parent))
+  spec.loader.exec_module(module)
+  original = argparse.ArgumentParser.parse_args
+
+  def parse_then_stop(self, args=None, namespace=None):
+    original(self, args, namespace)  # exits with status 2 on a flag it does not know
+    raise _Parsed
+
+  monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+  with pytest.raises(_Parsed):
+    module.main(flags)
+
+
+@pytest.mark.parametrize("block", BASH, ids=[_block_id(b) for b in BASH])
+def test_bash_block_runs(block, tmp_path, monkeypatch):
+  extras = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+      "optional-dependencies"])
+  skipped = []
+  for cmd in _commands(block[3]):
+    if cmd[:3] == ["pip", "install", "-e"]:
+      m = re.fullmatch(r"\.\[([a-z,]+)\]", cmd[3])
+      assert m and len(cmd) == 4, cmd
+      assert set(m.group(1).split(",")) <= extras, cmd
+    elif cmd[:3] == ["python", "-m", "pytest"]:
+      for path in cmd[3:]:
+        assert (REPO_ROOT / path).exists(), cmd
+    elif cmd[:3] == ["python", "-m", "dpjax"]:
+      args = [a.replace("../shared/data", str(DATA_DIR)) for a in cmd[3:]]
+      missing = [a for a in args if a.startswith(str(DATA_DIR)) and not os.path.exists(a)]
+      if missing:
+        skipped.append(f"{missing[0]} is absent")
+        continue
+      env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get(
+          "PYTHONPATH", "")]))
+      proc = subprocess.run([sys.executable, "-m", "dpjax", *args], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=600, env=env)
+      assert proc.returncode == 0, f"{shlex.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
+      assert proc.stdout.strip()
+      for out in ("--json", "--plot"):
+        if out in args:
+          assert (tmp_path / args[args.index(out) + 1]).stat().st_size > 0, cmd
+    elif cmd[0] == "python" and cmd[1].startswith("benchmarks/") and cmd[1].endswith(".py"):
+      _check_benchmark_flags(REPO_ROOT / cmd[1], cmd[2:], monkeypatch)
+    else:
+      pytest.fail(f"no rule runs the README command {shlex.join(cmd)!r}: add one to this test")
+  if skipped:
+    pytest.skip("; ".join(skipped))
