@@ -50,6 +50,26 @@ def unit_ball_batch(seed: int, n: int, d: int, scale: float = 1.0):
   return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
 
 
+def check_demo_output(out: str, err: str, *, seed: int, n: int, d: int, epsilons) -> None:
+  """Checks ``python -m dpjax demo``'s report: setup line, privacy note, one row per method, bar.
+
+  ``tests/test_readme.py`` calls it on the README's demo command (the default
+  demo, run in full there and nowhere else).
+  """
+  from dpjax import accounting, training  # pylint: disable=g-import-not-at-top
+  assert f"synthetic(seed={seed}, n={n}, d={d})" in out
+  assert "tuning T on the results of private runs would itself leak privacy" in out
+  for eps in epsilons:
+    rho = accounting.epsilon_to_zcdp(eps, 1 / n**2, "gaussian")
+    assert f"eps={eps:g} (rho={rho:.3g})" in out
+  rows = [line for line in out.splitlines() if line.startswith("| ") and "±" in line]
+  assert [r.split("|")[1].strip() for r in rows] == list(training.ALGORITHMS) + ["auto"]
+  assert all(r.count("±") == len(epsilons) and r.rstrip(" |").endswith(" s") for r in rows)
+  assert "(precond-gd, T=" in rows[-1] or "(dp-gd, T=" in rows[-1]
+  last = err.strip().splitlines()[-1]  # the progress bar: the optimum + 7 algorithms
+  assert last.startswith("dpjax demo [####") and " 8/8 " in last and last.endswith("done")
+
+
 def maybe_jit(fn, jit):
   """``jax.jit(fn)`` when ``jit``, else ``fn``: tests run both ways."""
   return jax.jit(fn) if jit else fn

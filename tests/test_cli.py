@@ -139,22 +139,6 @@ def test_fit_libsvm_file_as_module(tmp_path):
   assert record["epsilon"] == accounting.zcdp_to_epsilon(0.5, 1e-4, "gaussian")
 
 
-def test_demo_small(capsys):
-  argv = ["demo", "--n", "300", "--d", "4", "--repeats", "2", "--seed", "1", "--epsilons", "1"]
-  assert cli.main(argv) == 0
-  captured = capsys.readouterr()
-  out = captured.out
-  assert "synthetic(seed=1, n=300, d=4)" in out
-  assert "tuning T on the results of private runs would itself leak privacy" in out
-  rho = accounting.epsilon_to_zcdp(1.0, 1 / 300**2, "gaussian")
-  assert f"eps=1 (rho={rho:.3g})" in out
-  rows = [line for line in out.splitlines() if line.startswith("| ") and "±" in line]
-  assert [r.split("|")[1].strip() for r in rows] == list(fit_lib.ALGORITHMS) + ["auto"]
-  assert "(precond-gd, T=" in rows[-1] or "(dp-gd, T=" in rows[-1]
-  last = captured.err.strip().splitlines()[-1]  # progress bar: optimum + 7 algorithms
-  assert last.startswith("dpjax demo [####") and " 8/8 " in last and last.endswith("done")
-
-
 def _run(argv, capsys):
   try:
     code = cli.main(argv)

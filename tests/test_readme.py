@@ -37,7 +37,7 @@ try:
 except ImportError:  # Python 3.10
   tomllib = pytest.importorskip("tomli")
 
-from conftest import DATA_DIR, REPO_ROOT
+from conftest import DATA_DIR, REPO_ROOT, check_demo_output
 
 README = REPO_ROOT / "README.md"
 _FENCE = re.compile(r"^```(\S*)\n(.*?)^```$", re.M | re.S)
@@ -146,6 +146,9 @@ def test_bash_block_runs(block, tmp_path, monkeypatch):
                             capture_output=True, text=True, timeout=600, env=env)
       assert proc.returncode == 0, f"{shlex.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
       assert proc.stdout.strip()
+      if args == ["demo"]:  # the newcomer's first command: check what it reports
+        check_demo_output(proc.stdout, proc.stderr, seed=0, n=10_000, d=100,
+                          epsilons=(0.1, 1.0, 10.0))
       for out in ("--json", "--plot"):
         if out in args:
           assert (tmp_path / args[args.index(out) + 1]).stat().st_size > 0, cmd

@@ -381,12 +381,12 @@ def run_audit(setup: AuditSetup, *, num_samples: int = NUM_SAMPLES, seed: int = 
 
 def _statistics(setup: AuditSetup, num_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
   """The statistic of ``num_samples`` runs on ``D`` and on ``D'``."""
-  keys = jax.random.split(jax.random.key(seed), 2 * num_samples)
   if setup.host:  # One eager call per run; integer seeds avoid indexing a key array.
     seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=2 * num_samples)
     stats = np.asarray([setup.sample(int(k), i >= num_samples) for i, k in enumerate(seeds)])
     s0, s1 = stats[:num_samples], stats[num_samples:]
   else:
+    keys = jax.random.split(jax.random.key(seed), 2 * num_samples)
     batched = jax.jit(jax.vmap(setup.sample, in_axes=(0, None)))
     s0 = np.asarray(batched(keys[:num_samples], jnp.asarray(False)))
     s1 = np.asarray(batched(keys[num_samples:], jnp.asarray(True)))
