@@ -49,6 +49,7 @@ DEFAULT_DATA_DIR = pathlib.Path(os.environ.get("DPJAX_DATA_DIR", REPO.parent / "
 SCHEMA_VERSION = 1
 
 sys.path.insert(0, str(REPO))
+from dpjax import _common  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import training  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.progress import ProgressBar, progress  # noqa: E402,F401  pylint: disable=g-import-not-at-top
@@ -254,15 +255,9 @@ def write_results(directory: pathlib.Path, stem: str, payload: dict[str, Any],
 
 
 def _write_text_atomic(path: pathlib.Path, text: str) -> None:
-  """Writes ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``:
-  an interrupted write leaves the previous file intact and no partial or temporary file."""
-  tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-  try:
-    tmp.write_text(text)
-    os.replace(tmp, path)
-  except BaseException:
-    tmp.unlink(missing_ok=True)
-    raise
+  """Writes ``text`` to ``path`` at once (:func:`dpjax._common.write_atomic`): an interrupted
+  write leaves the previous file intact and no partial or temporary file."""
+  _common.write_atomic(path, lambda f: f.write(text.encode()))
 
 
 def _json_default(o: Any) -> Any:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import secrets
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, BinaryIO, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -268,6 +270,35 @@ def place_replicated(value: Any, placement: Placement | None) -> Any:
   if placement is None or placement.replicated is None:
     return value
   return jax.device_put(value, placement.replicated)
+
+
+def write_atomic(path: Any, write: Callable[[BinaryIO], Any]) -> None:
+  """Calls ``write(binary_file)`` and puts what it wrote at ``path`` all at once, or not at all.
+
+  The bytes go to a new temporary file in ``path``'s folder (a unique name
+  opened with ``O_EXCL``, mode 0o666 filtered by the umask, as ``open(path,
+  "w")`` would create it), are flushed to disk, and the file then replaces
+  ``path`` (``os.replace``, atomic on one file system). On any error the
+  temporary file is removed and ``path`` is left as it was: never a partial
+  file. Used by the command line's ``--json`` / ``--plot``,
+  :func:`dpjax.checkpoint.save` and the benchmark writers.
+  """
+  path = os.fspath(path)
+  folder = os.path.dirname(os.path.abspath(path))
+  tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+  fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+  try:
+    with os.fdopen(fd, "wb") as f:
+      write(f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    try:
+      os.remove(tmp)
+    except OSError:
+      pass
+    raise
 
 
 def check_host_float(x: np.ndarray, name: str = "x") -> None:

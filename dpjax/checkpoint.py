@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import zipfile
 import zlib
 from typing import Any, NamedTuple
@@ -65,6 +64,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from dpjax import _common
 
 __all__ = ["FORMAT_VERSION", "describe", "load", "save"]
 
@@ -170,21 +171,7 @@ def save(path: str | os.PathLike, tree: Any) -> None:
                        data_shape=list(data.shape)))
   description = dict(format=_FORMAT, version=FORMAT_VERSION, treedef=str(treedef), leaves=leaves)
   arrays[_META] = np.array(json.dumps(description))
-  tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-  # O_EXCL: never clobber another writer's file; the mode 0o666 is filtered by the umask.
-  fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-  try:
-    with os.fdopen(fd, "wb") as f:
-      np.savez(f, **arrays)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    try:
-      os.remove(tmp)
-    except OSError:
-      pass
-    raise
+  _common.write_atomic(path, lambda f: np.savez(f, **arrays))
 
 
 _LEAF_FIELDS = {"path": str, "dtype": str, "shape": list, "key_impl": (str, type(None)),

@@ -22,14 +22,13 @@ a progress bar on stderr (:mod:`dpjax.progress`).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
 from typing import Sequence
 
+from dpjax import _common
 from dpjax.progress import ProgressBar
 
 __all__ = ["main"]
@@ -163,7 +162,8 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
       record[field] = value.tolist() if hasattr(value, "tolist") else value
     _write_json_atomic(args.json, record)
   if args.plot is not None:
-    _write_atomic(args.plot, lambda f: _loss_curve(res, name).savefig(f, format=plot_format))
+    _common.write_atomic(args.plot,
+                         lambda f: _loss_curve(res, name).savefig(f, format=plot_format))
   bar.close()
   return 0
 
@@ -231,34 +231,7 @@ def _check_output_path(flag: str, path: str) -> None:
 
 def _write_json_atomic(path: str, record: dict) -> None:
   """Writes ``record`` as JSON to ``path`` all at once, or not at all."""
-
-  def write(f) -> None:
-    f.write((json.dumps(record, indent=2) + "\n").encode())
-
-  _write_atomic(path, write)
-
-
-def _write_atomic(path: str, write) -> None:
-  """Calls ``write(binary_file)`` and puts the result at ``path`` all at once.
-
-  The bytes go to a temporary file in the same folder, which then replaces
-  ``path`` (``os.replace``, atomic on one file system). On any error the
-  temporary file is removed and ``path`` is left as it was: never a partial
-  file.
-  """
-  folder = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      umask = os.umask(0)
-      os.umask(umask)
-      os.chmod(tmp, 0o666 & ~umask)  # The mode open(path, "w") would give, not mkstemp's 0600.
-      write(f)
-    os.replace(tmp, path)
-  except BaseException:
-    with contextlib.suppress(FileNotFoundError):
-      os.unlink(tmp)
-    raise
+  _common.write_atomic(path, lambda f: f.write((json.dumps(record, indent=2) + "\n").encode()))
 
 
 def _loss_options(items: Sequence[str]) -> dict:

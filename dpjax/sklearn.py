@@ -320,8 +320,7 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
           PrivacyLeakWarning, stacklevel=2)
     else:
       bound = float(self.data_norm)
-    u = x64 * (np.minimum(1.0, bound / np.maximum(norms, np.finfo(np.float64).tiny))
-               / bound)[:, None]
+    u = data_lib.clip_rows(x64, bound) / bound  # ||u_i|| <= 1
     if self.fit_intercept:
       u = np.hstack([u, np.ones((n, 1))]) / math.sqrt(2.0)
     work = np.float64 if (X.dtype == np.float64 and jax.config.jax_enable_x64) else np.float32

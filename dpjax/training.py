@@ -885,13 +885,19 @@ def _plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_r
     average = _DEFAULT_AVERAGE.get(algorithm, "none")
   average = _validate.choice(average, "average", AVERAGES)
   _check_options(algorithm, getattr(transforms, _ALGORITHM_SPECS[algorithm][0]), options)
-  release_every = None
-  if algorithm == "precond-gd":
-    refresh = options.get("refresh_every")
-    release_every = steps if refresh is None else _validate.positive_int(refresh, "refresh_every")
+  release_every = _release_every(algorithm, steps, options)
   return _Plan(algorithm, x, y, n, d, steps, repeats, seed, init, guard_radius, timing_runs,
                average, release_every, dict(n=n, steps=steps, **options), dict(options),
                reason, placement)
+
+
+def _release_every(algorithm: str, steps: int, options: dict) -> int | None:
+  """precond-gd: the steps between its curvature releases (``refresh_every``; one release by
+  default); None for the other algorithms."""
+  if algorithm != "precond-gd":
+    return None
+  refresh = options.get("refresh_every")
+  return steps if refresh is None else _validate.positive_int(refresh, "refresh_every")
 
 
 def repeat_fn(algorithm: str, kwargs: dict, *, d: int, init: str = "zeros",
@@ -919,10 +925,7 @@ def repeat_fn(algorithm: str, kwargs: dict, *, d: int, init: str = "zeros",
   steps = kwargs["steps"]
   averaged = average != "none"
   window = averaging.window_size(steps, average)
-  # precond-gd releases its curvature every `refresh_every` steps (once by default).
-  release_every = None
-  if algorithm == "precond-gd":
-    release_every = kwargs.get("refresh_every") or steps
+  release_every = _release_every(algorithm, steps, kwargs)
 
   def one_repeat(key, rho, x, y, h0=None):
     init_key, tx_key = jax.random.split(key)

@@ -50,6 +50,16 @@ def unit_ball_batch(seed: int, n: int, d: int, scale: float = 1.0):
   return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
 
 
+def run_cli(argv, capsys):
+  """``python -m dpjax ARGV`` in-process: ``(exit status, stderr)``."""
+  from dpjax import cli  # pylint: disable=g-import-not-at-top
+  try:
+    code = cli.main(argv)
+  except SystemExit as exc:
+    code = exc.code
+  return code, capsys.readouterr().err
+
+
 def check_demo_output(out: str, err: str, *, seed: int, n: int, d: int, epsilons) -> None:
   """Checks ``python -m dpjax demo``'s report: setup line, privacy note, one row per method, bar.
 

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import run_cli
 from dpjax import accounting, cli, data, training as fit_lib
 
 _JSON_FIELDS = {
@@ -139,14 +140,6 @@ def test_fit_libsvm_file_as_module(tmp_path):
   assert record["epsilon"] == accounting.zcdp_to_epsilon(0.5, 1e-4, "gaussian")
 
 
-def _run(argv, capsys):
-  try:
-    code = cli.main(argv)
-  except SystemExit as exc:
-    code = exc.code
-  return code, capsys.readouterr().err
-
-
 _FIT = ["fit", "--data", "synthetic", "--algorithm", "hess-clip", "--steps", "2"]
 _OTB = ["fit", "--data", "synthetic", "--algorithm", "otb", "--epsilon", "1"]
 
@@ -226,7 +219,7 @@ _OTB = ["fit", "--data", "synthetic", "--algorithm", "otb", "--epsilon", "1"]
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, match, capsys):
-  code, err = _run(argv, capsys)
+  code, err = run_cli(argv, capsys)
   assert code == 2
   assert match in err
   assert len(err.strip().splitlines()) == 1
@@ -236,15 +229,15 @@ def test_bad_arguments_exit_2_with_one_line(argv, match, capsys):
 def test_bad_libsvm_inputs_exit_2(tmp_path, capsys):
   path = _libsvm_file(tmp_path)
   base = ["fit", "--data", str(path), "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "2"]
-  code, err = _run(base, capsys)  # labels 0/1 without --positive-label
+  code, err = run_cli(base, capsys)  # labels 0/1 without --positive-label
   assert code == 2 and "labels" in err and len(err.strip().splitlines()) == 1
-  code, err = _run(base + ["--positive-label", "7"], capsys)
+  code, err = run_cli(base + ["--positive-label", "7"], capsys)
   assert code == 2 and len(err.strip().splitlines()) == 1
-  code, err = _run(base + ["--positive-label", "1", "--n-features", "2"], capsys)
+  code, err = run_cli(base + ["--positive-label", "1", "--n-features", "2"], capsys)
   assert code == 2 and "n_features" in err and len(err.strip().splitlines()) == 1
   bad = tmp_path / "bad.svm"
   bad.write_text("+1 1:0.5\n-1 2:x\n")
-  code, err = _run(["fit", "--data", str(bad), "--algorithm", "dp-gd", "--epsilon", "1",
+  code, err = run_cli(["fit", "--data", str(bad), "--algorithm", "dp-gd", "--epsilon", "1",
                     "--steps", "2"], capsys)
   assert code == 2 and "line 2" in err and len(err.strip().splitlines()) == 1
 
@@ -289,9 +282,9 @@ def test_fit_plot_writes_the_loss_curve(tmp_path, capsys, monkeypatch, ext):
   assert "3/3" in frames[-1] and frames[-1].rstrip().endswith("done")
 
 
-def test_fit_plot_without_matplotlib_fails_before_the_run(tmp_path, capsys, monkeypatch):
+def test_fit_plot_without_matplotlib_fails_before_therun_cli(tmp_path, capsys, monkeypatch):
   monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-  code, err = _run(["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1",
+  code, err = run_cli(["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1",
                     "--steps", "2", "--plot", str(tmp_path / "loss.png")], capsys)
   assert code == 2 and "pip install 'dpjax[plot]'" in err
   assert list(tmp_path.iterdir()) == []

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 import dpjax
-from conftest import load_benchmark
+from conftest import load_benchmark, run_cli
 from dpjax import accounting, cli, data, sampling, training, transforms
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
@@ -717,21 +717,13 @@ def test_rejected_libsvm_file_is_left_as_it_was(tmp_path):
 # No partial output file: the command line's --json and the benchmark harness.
 
 
-def _cli(argv, capsys):
-  try:
-    code = cli.main(argv)
-  except SystemExit as exc:
-    code = exc.code
-  return code, capsys.readouterr().err
-
-
 def test_cli_corrupt_libsvm_writes_no_json(tmp_path, capsys):
   good = b"".join(b"%+d 1:%.3f 2:0.5\n" % (1 - 2 * (i % 2), i / 500) for i in range(500))
   for name, content in (("bad.svm.gz", gzip.compress(good)[:-40]),
                         ("bad.svm", b"+1 1:0.5\n-1 1:0.2 2:")):
     src = _file(tmp_path, name, content)
     out = tmp_path / "out.json"
-    code, err = _cli(["fit", "--data", str(src), "--algorithm", "dp-gd", "--epsilon", "1",
+    code, err = run_cli(["fit", "--data", str(src), "--algorithm", "dp-gd", "--epsilon", "1",
                       "--steps", "2", "--json", str(out)], capsys)
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     row = "libsvm-corrupt-stream" if name.endswith(".gz") else "libsvm-truncated-line"
@@ -764,7 +756,7 @@ def test_cli_json_failed_write_keeps_the_old_file_and_leaves_no_temporary(
   # The record fails to serialise half-way through (json.dump has already
   # written its first fields): a plain open(out, "w") would leave a partial file.
   monkeypatch.setattr(training, "fit", lambda *a, **k: _fake_fit_result(options={"x": object()}))
-  code, err = _cli(_CLI_FIT + ["--json", str(out)], capsys)
+  code, err = run_cli(_CLI_FIT + ["--json", str(out)], capsys)
   assert code == 2 and "not JSON serializable" in err
   assert out.read_text() == '{"old": true}\n'
   assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
@@ -774,7 +766,7 @@ def test_cli_json_write_replaces_the_file_with_the_usual_mode(tmp_path, capsys, 
   out = tmp_path / "out.json"
   out.write_text("stale")
   monkeypatch.setattr(training, "fit", lambda *a, **k: _fake_fit_result())
-  code, _ = _cli(_CLI_FIT + ["--json", str(out)], capsys)
+  code, _ = run_cli(_CLI_FIT + ["--json", str(out)], capsys)
   assert code == 0
   record = json.loads(out.read_text())
   assert set(record) == set(cli._JSON_FIELDS) and record["excess_losses"] == [0.1]
@@ -786,7 +778,7 @@ def test_cli_json_write_replaces_the_file_with_the_usual_mode(tmp_path, capsys, 
 
 def test_cli_json_that_is_a_folder_is_refused_before_the_run(tmp_path, capsys, monkeypatch):
   monkeypatch.setattr(training, "fit", lambda *a, **k: pytest.fail("fit ran"))
-  code, err = _cli(_CLI_FIT + ["--json", str(tmp_path)], capsys)
+  code, err = run_cli(_CLI_FIT + ["--json", str(tmp_path)], capsys)
   assert code == 2 and "is a folder" in err
 
 
@@ -794,13 +786,12 @@ def test_benchmark_results_are_written_atomically(tmp_path, monkeypatch):
   harness = load_benchmark("_harness")
   json_path, md_path = harness.write_results(tmp_path, "r", {"a": 1}, "# old")
   old = (json_path.read_text(), md_path.read_text())
-  real_write_text = pathlib.Path.write_text
 
-  def write_half_then_fail(self, text, *args, **kwargs):
-    real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+  def fail_after_writing(fd):  # the bytes are in the temporary file; flushing them fails.
+    assert os.fstat(fd).st_size > 0
     raise OSError("No space left on device")
 
-  monkeypatch.setattr(pathlib.Path, "write_text", write_half_then_fail)
+  monkeypatch.setattr(os, "fsync", fail_after_writing)
   with pytest.raises(OSError, match="No space left"):
     harness.write_results(tmp_path, "r", {"a": 2, "b": list(range(100))}, "# new\n" * 50)
   monkeypatch.undo()
