@@ -48,6 +48,7 @@ from dpjax import checkpoint
 from dpjax import data
 from dpjax import drivers
 from dpjax import glm
+from dpjax import leaks
 from dpjax import losses
 from dpjax import minibatch
 from dpjax import online
@@ -62,6 +63,7 @@ from dpjax import tree_aggregation
 from dpjax import audit  # noqa: E402  (last: its mechanisms use the modules above)
 from dpjax.accounting import AccountantState, epsilon_to_zcdp, zcdp_to_epsilon
 from dpjax.data import Dataset, load_libsvm, synthetic
+from dpjax.leaks import PrivacyLeakWarning
 from dpjax.training import FitResult, fit
 from dpjax.tree_aggregation import TreeAggregationState, tree_prefix_sum
 from dpjax.transforms import (
@@ -92,6 +94,7 @@ __all__ = [
     "Dataset",
     "FitResult",
     "OnlineToBatchState",
+    "PrivacyLeakWarning",
     "TreeAggregationState",
     "accounting",
     "audit",
@@ -110,6 +113,7 @@ __all__ = [
     "epsilon_to_zcdp",
     "fit",
     "glm",
+    "leaks",
     "load_libsvm",
     "losses",
     "minibatch",

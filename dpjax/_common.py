@@ -83,6 +83,58 @@ def per_step_budget(rho: Any, steps: Any, rho_per_step: Any) -> tuple[Any, int |
   return budget_value(rho_per_step, "rho_per_step"), steps
 
 
+SEED_BITS = 64  # explicit seeds are integers in [0, 2**SEED_BITS); none is ever cut to 32 bits
+
+
+def _key_words() -> tuple[int, ...]:
+  """Shape of the default PRNG implementation's key data (``(2,)`` for threefry)."""
+  return tuple(jax.random.key_data(jax.random.key(0)).shape)
+
+
+def key_from_seed(seed: int) -> jax.Array:
+  """A typed key whose data words hold all bits of ``seed`` (most significant first).
+
+  ``jax.random.key(seed)`` keeps only the low 32 bits of a Python int seed
+  (``key(2**40 + 5) == key(5)``); this fills every word of the key data, so
+  distinct seeds below ``2**SEED_BITS`` give distinct keys. For seeds below
+  ``2**32`` it equals ``jax.random.key(seed)`` (threefry), so earlier results
+  reproduce bit for bit.
+  """
+  seed = check_seed(seed, "seed")
+  shape = _key_words()
+  words = [(seed >> (32 * i)) & 0xFFFFFFFF for i in reversed(range(int(np.prod(shape))))]
+  return jax.random.wrap_key_data(np.asarray(words, np.uint32).reshape(shape))
+
+
+def fresh_key() -> jax.Array:
+  """A typed key whose every data word comes from the OS's entropy source (``secrets``).
+
+  This is the default of every whole-run entry point (``seed=None``): nobody,
+  the caller included, can regenerate the noise, which the privacy guarantee
+  requires. Nothing about the key is recorded in any result.
+  """
+  shape = _key_words()
+  words = np.frombuffer(secrets.token_bytes(4 * int(np.prod(shape))), np.uint32)
+  return jax.random.wrap_key_data(words.reshape(shape).copy())
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+  """An explicit seed: an int in ``[0, 2**SEED_BITS)`` (bools and floats are refused)."""
+  if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (numbers.Integral, np.integer)):
+    raise TypeError(
+        f"{name} must be None (fresh OS entropy, the private default) or an integer in "
+        f"[0, 2**{SEED_BITS}), got {type(seed).__name__}."
+    )
+  if not 0 <= int(seed) < 2**SEED_BITS:
+    raise ValueError(f"{name} must be in [0, 2**{SEED_BITS}), got {int(seed)}.")
+  return int(seed)
+
+
+def key_for(seed: Any) -> jax.Array:
+  """``seed=None`` -> :func:`fresh_key`; an int -> :func:`key_from_seed`."""
+  return fresh_key() if seed is None else key_from_seed(seed)
+
+
 def canonical_key(key: Any) -> jax.Array:
   """An int seed or a typed key (possibly traced) -> a scalar typed key."""
   if key is None or isinstance(key, (bool, np.bool_)):
@@ -90,7 +142,9 @@ def canonical_key(key: Any) -> jax.Array:
         f"key must be an int seed or a typed PRNG key from jax.random.key(...), got {key!r}."
     )
   if isinstance(key, (numbers.Integral, np.integer)):
-    return jax.random.key(int(key))
+    if not 0 <= int(key) < 2**SEED_BITS:
+      raise ValueError(f"key must be an int seed in [0, 2**{SEED_BITS}) or a typed PRNG key, got {int(key)}.")
+    return key_from_seed(int(key))
   if isinstance(key, (jax.Array, np.ndarray)):
     dtype = key.dtype
     if jnp.issubdtype(dtype, jax.dtypes.prng_key):

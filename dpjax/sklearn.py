@@ -81,6 +81,7 @@ import scipy.sparse
 
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
+from dpjax import leaks
 from dpjax import auto as auto_lib
 from dpjax import budget as budget_lib
 from dpjax import data as data_lib
@@ -100,12 +101,7 @@ __all__ = ["DPLogisticRegression", "EXPECTED_FAILED_CHECKS", "PrivacyLeakWarning
 EXPECTED_FAILED_CHECKS: dict[str, str] = {}
 
 
-class PrivacyLeakWarning(RuntimeWarning):
-  """A fit used a value read from the private data without noise (diffprivlib's name).
-
-  Issued when ``data_norm=None``: the norm bound is then the largest row norm
-  of ``X``, which the privacy guarantee does not cover.
-  """
+PrivacyLeakWarning = leaks.PrivacyLeakWarning  # the one public class, also dpjax.PrivacyLeakWarning
 
 
 def _validate_data(estimator: Any, *args: Any, **kwargs: Any) -> Any:
