@@ -261,7 +261,8 @@ class BudgetAccountant:
     self._accounting = _validate.choice(accounting, "accounting", accounting_lib.METHODS)
     self._rho = (math.inf if math.isinf(self._epsilon) else
                  accounting_lib.epsilon_to_zcdp(self._epsilon, delta, self._accounting))
-    self._charges: list[Charge] = []
+    self._charges: dict[int, Charge] = {}  # insertion-ordered; keys are charge tickets
+    self._tickets = 0
     self._lock = threading.Lock()
     self._restored = False
 
@@ -291,13 +292,13 @@ class BudgetAccountant:
   def spent_budget(self) -> list[Charge]:
     """The ledger, one :class:`Charge` per charge, oldest first (a copy)."""
     with self._lock:
-      return list(self._charges)
+      return list(self._charges.values())
 
   @property
   def spent_rho(self) -> float:
     """The zCDP spent so far: the sum of the charges (composition adds rho)."""
     with self._lock:
-      return math.fsum(c.rho for c in self._charges)
+      return math.fsum(c.rho for c in self._charges.values())
 
   def _budget(self, rho: float, delta: float | None) -> Budget:
     if delta is None:
@@ -341,7 +342,7 @@ class BudgetAccountant:
           "cross_val_score with n_jobs > 1 run fits in other processes). Use n_jobs=1 (or "
           "joblib's threading backend), or build a new accountant and spend the old "
           "spent_rho on it.")
-    spent = math.fsum(c.rho for c in self._charges)
+    spent = math.fsum(c.rho for c in self._charges.values())
     if not spent + rho <= self._rho * (1.0 + budget_lib.RTOL):
       left = max(self._rho - spent, 0.0)
       raise BudgetExceededError(
@@ -367,19 +368,25 @@ class BudgetAccountant:
     return self
 
   def _charge(self, rho: Any, what: str) -> int:
-    """Check and spend under the lock; returns the entry's index for :meth:`_settle`."""
+    """Check and spend under the lock; returns a ticket for :meth:`_settle` / :meth:`_refund`."""
     rho = _validate.nonnegative_float(rho, "rho")
     if not isinstance(what, str):
       raise TypeError(f"what must be a str, got {type(what).__name__}.")
     with self._lock:
       self._check_locked(rho, what)
-      self._charges.append(Charge(rho, what))
-      return len(self._charges) - 1
+      self._tickets += 1
+      self._charges[self._tickets] = Charge(rho, what)
+      return self._tickets
 
-  def _settle(self, index: int, rho: float) -> None:
+  def _settle(self, ticket: int, rho: float) -> None:
     """Replaces a planned charge by the amount the run's own accountants read."""
     with self._lock:
-      self._charges[index] = self._charges[index]._replace(rho=float(rho))
+      self._charges[ticket] = self._charges[ticket]._replace(rho=float(rho))
+
+  def _refund(self, ticket: int) -> None:
+    """Removes a charge whose fit failed its last checks before it drew any noise."""
+    with self._lock:
+      del self._charges[ticket]
 
   # --- the default accountant -----------------------------------------------
 
@@ -431,7 +438,7 @@ class BudgetAccountant:
   def __getstate__(self) -> dict:
     with self._lock:
       state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_previous")}
-      state["_charges"] = list(self._charges)
+      state["_charges"] = dict(self._charges)
     return state
 
   def __setstate__(self, state: dict) -> None:
@@ -522,7 +529,9 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
   :meth:`BudgetAccountant.set_default` or ``with accountant:``), by zCDP
   composition: the accountant adds the fits' ``rho_``. A fit that would pass
   the accountant's total raises :class:`BudgetExceededError` after the
-  parameters and data are checked and before anything is compiled or run.
+  parameters and data are checked on the host and before anything is
+  traced, compiled or run. A fit is charged from the moment its noisy run
+  starts, even if it then fails.
   ``GridSearchCV(DPLogisticRegression(...), grid, cv=c)`` therefore charges
   ``len(grid) * c`` fits (plus one for ``refit=True``) or is refused; choosing
   among them by their scores is tuning on private data, covered only because
@@ -746,7 +755,7 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
         ``classes``, or a single class with ``classes=None``; all before
         any work.
       BudgetExceededError: the accountant's total would be passed (a
-        ``ValueError``, raised before anything is compiled or run).
+        ``ValueError``, raised before anything is traced, compiled or run).
     """
     X, y = _validate_data(self, X, y, accept_sparse=("csr", "csc", "coo"),
                           dtype=(np.float64, np.float32), ensure_min_samples=2)
@@ -768,14 +777,19 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
     else:
       algorithm, steps, options, reason = self.algorithm, int(self.steps), {}, ""
       average = training._DEFAULT_AVERAGE.get(algorithm, "none")  # as dpjax.fit
-    training.make_transform(algorithm, key=0, rho=rho_each, n=n, steps=steps,
-                            **options)  # constructor checks, eagerly.
-    key = _key_from(self.random_state)
 
-    # Everything is checked: charge the accountant (or refuse) before any work.
+    # Everything is checked on the host: charge the accountant (or refuse)
+    # before anything is traced, compiled or run.
     what = (f"DPLogisticRegression.fit (epsilon={float(self.epsilon):g}, "
             f"delta={delta:.3g}, {n_fits} fit(s))")
-    entry = accountant._charge(rho, what)
+    ticket = accountant._charge(rho, what)
+    try:
+      training.make_transform(algorithm, key=0, rho=rho_each, n=n, steps=steps,
+                              **options)  # the constructor's checks, eagerly (traces).
+      key = _key_from(self.random_state)
+    except BaseException:
+      accountant._refund(ticket)  # no noise was drawn: nothing to charge.
+      raise
 
     if scipy.sparse.issparse(X):
       X = X.toarray()
@@ -801,7 +815,7 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
       resets.append(int(reset))
       spent.append(float(accounting_lib.spent_rho(state.accountant)))
     rho_spent = float(math.fsum(spent))
-    accountant._settle(entry, rho_spent)  # the optimizers' own reading (== rho up to rounding).
+    accountant._settle(ticket, rho_spent)  # the optimizers' own reading (== rho up to rounding).
     w = np.stack(weights)  # [n_fits, dz]
     if self.fit_intercept:
       self.coef_ = w[:, :d] / (math.sqrt(2.0) * bound)

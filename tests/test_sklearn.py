@@ -385,12 +385,29 @@ def test_fit_past_the_total_is_refused_before_any_work(monkeypatch):
 
   monkeypatch.setattr(dpsk, "_compiled_run", no_work)
   monkeypatch.setattr(dpsk.data_lib, "clip_rows", no_work)
+  monkeypatch.setattr(dpsk.training, "make_transform", no_work)  # its checks trace
   second = _quick(accountant=acc, epsilon=0.1)
   with pytest.raises(BudgetExceededError, match=r"DPLogisticRegression.fit .*past this "
                      r"BudgetAccountant's rho=.*Nothing was charged"):
     second.fit(x, y)
   assert isinstance(BudgetExceededError("x"), ValueError)
   assert len(acc.spent_budget) == 1 and not hasattr(second, "coef_")
+
+
+def test_a_fit_failing_its_last_checks_is_refunded(monkeypatch):
+  # The transform constructor's checks run after the charge (they trace, and
+  # the refusal must come first); a fit they stop drew no noise: no charge.
+  x, y = _blobs(18)
+  acc = BudgetAccountant(epsilon=5.0, delta=1e-6)
+  _quick(accountant=acc, random_state=0).fit(x, y)
+
+  def bad_transform(*args, **kwargs):
+    raise ValueError("a constructor check failed")
+
+  monkeypatch.setattr(dpsk.training, "make_transform", bad_transform)
+  with pytest.raises(ValueError, match="a constructor check failed"):
+    _quick(accountant=acc, random_state=1).fit(x, y)
+  assert len(acc.spent_budget) == 1 and acc.spent_rho == pytest.approx(RHO_1, rel=1e-6)
 
 
 def test_default_accountant_context_manager_and_set_default():
