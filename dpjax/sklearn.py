@@ -21,8 +21,9 @@ off the data by default:
   ``classes=None`` reads it from ``y`` (``np.unique(y)``, as scikit-learn
   does) and issues a :class:`PrivacyLeakWarning`; the fit then reports
   ``private_ = False``;
-* the row norm bound, ``data_norm`` (default 1.0, the bound of dpjax's privacy
-  contract and of ``dpjax.data``'s per-row preprocessing). Rows with a larger
+* the row norm bound, ``data_norm`` (default 1.0, the bound ``||x|| <= 1`` of
+  dpjax's privacy contract, so rows scaled to the unit ball fit as they are;
+  diffprivlib warns and reads it off the data instead). Rows with a larger
   norm are clipped to it (scaled down to norm ``data_norm``), diffprivlib's
   convention, which is what makes the guarantee hold for any data. There is
   no option to read the bound from the data;
@@ -533,9 +534,12 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
   traced, compiled or run. A fit is charged from the moment its noisy run
   starts, even if it then fails.
   ``GridSearchCV(DPLogisticRegression(...), grid, cv=c)`` therefore charges
-  ``len(grid) * c`` fits (plus one for ``refit=True``) or is refused; choosing
-  among them by their scores is tuning on private data, covered only because
-  every fit is charged.
+  ``len(grid) * c`` fits (plus one for ``refit=True``) or is refused. The
+  charge covers the fitted models only: the validation scores such a search
+  computes on held-out private rows, and the ``best_params_`` chosen from
+  them, read those rows without noise and are not covered (a private
+  selection needs a private score, e.g. Liu & Talwar 2019, arXiv 1811.07971;
+  or tune on public data).
 
   Args:
     epsilon: the privacy budget epsilon (> 0) of the whole fit.
@@ -555,8 +559,8 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
       ``steps``.
     steps: the number of iterations T of a named algorithm (>= 1); must be
       ``None`` for ``"auto"``, which chooses it. Choosing T by looking at the
-      results of private fits is tuning on private data and leaks privacy,
-      unless every fit is charged (``accountant``).
+      results of private fits is tuning on private data and leaks privacy
+      (the accountant charges the fits, not such a selection).
     accounting: the (epsilon, delta) <-> zCDP conversion of this fit, one of
       :data:`dpjax.accounting.METHODS` (``"gaussian"``, exact here).
     accountant: the :class:`BudgetAccountant` charged with every fit
@@ -592,7 +596,8 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
 
   Examples:
     A search charged fit by fit: 2 candidates x 2 folds + the refit = 5 fits
-    at epsilon = 1, delta = 1e-6 each, composed in zCDP.
+    at epsilon = 1, delta = 1e-6 each, composed in zCDP (the models; the
+    search's validation scores are not covered, see above).
 
     >>> import numpy as np
     >>> from sklearn.model_selection import GridSearchCV
