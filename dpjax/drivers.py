@@ -188,9 +188,9 @@ def _run_compiled(one_repeat: Callable, x: np.ndarray, y: np.ndarray, repeats: i
   """``jit(vmap(one_repeat))`` over the repeats' keys; ``x``, ``y`` sharded as ``placement``
   (:func:`dpjax._common.data_placement`: the caller's multi-device sharding) or on one device.
 
-  The keys split ``dpjax._common.key_for(seed)``: fresh OS entropy for ``None``.
+  The keys split ``dpjax._common.run_key(seed)``: fresh OS entropy for ``None``.
   """
-  keys = _common.place_replicated(jax.random.split(_common.key_for(seed), repeats), placement)
+  keys = _common.place_replicated(jax.random.split(_common.run_key(seed), repeats), placement)
   args = (keys, *_common.place_data(x, y, placement))
   jax.block_until_ready(args)
   fn = jax.jit(jax.vmap(one_repeat, in_axes=(0, None, None)))
@@ -445,7 +445,7 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
 def _baseline(x, y, algorithm, *, rho, epsilon, delta, steps, repeats, seed, accounting,
               timing_runs, average, guard_radius, options, optimum) -> Run:
   n, d = x.shape
-  keys = jax.random.split(_common.key_for(seed), repeats)
+  keys = jax.random.split(_common.run_key(seed), repeats)
   kw = dict(epsilon=epsilon, rho=rho, delta=delta, accounting_method=accounting, **options)
   if algorithm != "aop":
     kw.update(steps=steps, guard_radius=guard_radius)

@@ -606,7 +606,7 @@ def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounti
   rho, epsilon, delta = level
   make_transform(plan.algorithm, key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
   return _execute(plan, [(rho, epsilon, delta, accounting)], batched=False,
-                  key=_common.key_for(plan.seed))[0]
+                  key=_common.run_key(plan.seed))[0]
 
 
 def _fit_stream(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting, init,
@@ -828,7 +828,7 @@ def fit_levels(
   for group_plan, idx in groups:
     for i in idx:  # constructor checks, eagerly.
       make_transform(group_plan.algorithm, key=0, rho=levels[i][0], **group_plan.kwargs)
-  key = _common.key_for(seed)  # one key for every program: common random numbers.
+  key = _common.run_key(seed)  # one key for every program: common random numbers.
   results: list = [None] * len(levels)
   for group_plan, idx in groups:
     for i, res in zip(idx, _execute(group_plan, [levels[i] for i in idx], batched=True,
@@ -1055,7 +1055,7 @@ def _execute(plan: _Plan, levels: list, *, batched: bool, key: jax.Array) -> lis
 
   ``batched=False`` (one level) closes over the Python ``rho``: exact host
   calibration and charges. ``batched=True`` vmaps over a traced ``rho``.
-  ``key`` is the run's key (``_common.key_for(plan.seed)``), split over the
+  ``key`` is the run's key (``_common.run_key(plan.seed)``), split over the
   repeats.
   """
   d, init, release_every = plan.d, plan.init, plan.release_every
