@@ -725,15 +725,20 @@ def fit_levels(
   and charged to its own accountant in the data's dtype (see
   :func:`dpjax.transforms.dp_gd`); ``rho_spent`` reports what was charged.
 
-  Every level uses the same key (from ``seed``, or one fresh key from OS
-  entropy for the whole call when ``seed=None``), hence the same per-repeat
-  keys and starting points: with a seed, level ``i`` reproduces
+  With a ``seed``, every level uses the same per-repeat keys and starting
+  points as :func:`fit` with that seed: level ``i`` reproduces
   ``fit(..., rho=rhos[i], seed=seed)`` up to float rounding of the noise
   scales, and the levels share their random numbers (common random numbers:
   differences between levels are not blurred by independent noise draws).
-  Seeds are as in :func:`fit`: a given seed reproduces the sweep bit for bit
-  and is recorded in every result's ``seed``, and a seed anyone else knows
-  voids the guarantee (the noise can be regenerated and subtracted).
+  That is for comparisons, not for release: levels that share their noise
+  ``z`` can be subtracted (``g + s1 z`` and ``g + s2 z`` give ``z``, hence the
+  un-noised ``g``), so releasing two of them is not private at any budget.
+  With ``seed=None`` (the default) every level draws its own keys from one
+  fresh key from OS entropy: independent noise, so releasing several levels
+  composes (their ``rho`` add up). Seeds are as in :func:`fit`: a given seed
+  reproduces the sweep bit for bit and is recorded in every result's
+  ``seed``, and a seed anyone else knows voids the guarantee (the noise can
+  be regenerated and subtracted).
   ``disable_noise_for_testing=True`` gives ``private=False`` in every result
   and emits :class:`dpjax.PrivacyLeakWarning`, as in :func:`fit`.
 
@@ -828,11 +833,16 @@ def fit_levels(
   for group_plan, idx in groups:
     for i in idx:  # constructor checks, eagerly.
       make_transform(group_plan.algorithm, key=0, rho=levels[i][0], **group_plan.kwargs)
-  key = _common.run_key(seed)  # one key for every program: common random numbers.
+  key = _common.run_key(seed)
+  # A seed: one key for every level and program (common random numbers). None: independent
+  # keys per level, since levels that share their noise z can be subtracted: two releases
+  # g + s1 z and g + s2 z give z, hence g, exactly.
+  level_keys = None if seed is not None else list(jax.random.split(key, len(levels)))
   results: list = [None] * len(levels)
   for group_plan, idx in groups:
-    for i, res in zip(idx, _execute(group_plan, [levels[i] for i in idx], batched=True,
-                                    key=key)):
+    for i, res in zip(idx, _execute(
+        group_plan, [levels[i] for i in idx], batched=True, key=key,
+        level_keys=None if level_keys is None else [level_keys[i] for i in idx])):
       results[i] = res
   if _noise_disabled(algorithm_options, "fit_levels"):
     results = [r._replace(private=False) for r in results]
@@ -1050,13 +1060,16 @@ def repeat_fn(algorithm: str, kwargs: dict, *, d: int, init: str = "zeros",
   return one_repeat
 
 
-def _execute(plan: _Plan, levels: list, *, batched: bool, key: jax.Array) -> list[FitResult]:
+def _execute(plan: _Plan, levels: list, *, batched: bool, key: jax.Array,
+             level_keys: list | None = None) -> list[FitResult]:
   """Compiles and runs ``plan`` at ``levels`` = [(rho, epsilon, delta, method)].
 
   ``batched=False`` (one level) closes over the Python ``rho``: exact host
   calibration and charges. ``batched=True`` vmaps over a traced ``rho``.
   ``key`` is the run's key (``_common.run_key(plan.seed)``), split over the
-  repeats.
+  repeats and shared by every level (common random numbers); or, with
+  ``level_keys`` (one key per level), level ``i``'s repeats split
+  ``level_keys[i]`` instead: independent noise in every level.
   """
   d, init, release_every = plan.d, plan.init, plan.release_every
   x, y = plan.x, plan.y
@@ -1080,7 +1093,12 @@ def _execute(plan: _Plan, levels: list, *, batched: bool, key: jax.Array) -> lis
     # batch (nested, the inner rule's work is re-batched by the outer vmap,
     # measured ~3x slower for Newton at 11 levels x 10 repeats).
     num_levels = len(levels)
-    flat_keys = jnp.tile(keys, num_levels)
+    if level_keys is None:
+      flat_keys = jnp.tile(keys, num_levels)
+    else:
+      flat_keys = _common.place_replicated(
+          jnp.concatenate([jax.random.split(k, plan.repeats) for k in level_keys]),
+          plan.placement)
     flat_rhos = jnp.repeat(jnp.asarray([lv[0] for lv in levels], x.dtype), plan.repeats)
     flat = jax.vmap(one_repeat, in_axes=(0, 0, None, None, None))
 

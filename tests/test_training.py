@@ -135,17 +135,21 @@ def test_seed_below_2_32_keeps_the_jax_random_key(small):
 
 
 def test_fit_levels_seeds(small):
-  kw = dict(epsilons=[1.0, 4.0], steps=2, repeats=2)
+  kw = dict(epsilons=[1.0, 1.0, 4.0], steps=2, repeats=2)
   a = fit_lib.fit_levels(small, "dp-gd", **kw)
   b = fit_lib.fit_levels(small, "dp-gd", **kw)
-  assert [r.seed for r in a] == [None, None]
-  assert not np.array_equal(a[1].params, b[1].params)
+  assert [r.seed for r in a] == [None] * 3
+  assert not np.array_equal(a[2].params, b[2].params)
+  # Fresh keys: each level its own noise, even at the same budget (shared noise could be
+  # subtracted between levels).
+  assert not np.allclose(a[0].params, a[1].params)
   c = fit_lib.fit_levels(small, "dp-gd", seed=2**40 + 3, **kw)
   d = fit_lib.fit_levels(small, "dp-gd", seed=2**40 + 3, **kw)
-  assert [r.seed for r in c] == [2**40 + 3] * 2
-  np.testing.assert_array_equal(c[1].params, d[1].params)
+  assert [r.seed for r in c] == [2**40 + 3] * 3
+  np.testing.assert_array_equal(c[2].params, d[2].params)
+  np.testing.assert_array_equal(c[0].params, c[1].params)  # a seed: common random numbers
   e = fit_lib.fit_levels(small, "dp-gd", seed=3, **kw)  # the same low 32 bits
-  assert not np.allclose(c[1].params, e[1].params)
+  assert not np.allclose(c[2].params, e[2].params)
 
 
 def test_guard_fires_and_resets_to_zeros(small):
