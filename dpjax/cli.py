@@ -9,7 +9,14 @@ Subcommands:
   (``--plot FILE``, needs matplotlib).
 * ``demo``: no arguments needed. Compares DP-GD with the four double-noise
   Newton variants at eps in {0.1, 1, 10} on the built-in synthetic data and
-  prints a table of excess loss (mean +- s.e.) and run time.
+  prints a table of excess loss (mean +- s.e.) and run time. The data is
+  fixed (``--data-seed``, default 0); the noise is fresh by default, as in
+  ``fit`` (``--seed`` makes the table reproducible).
+
+Seeds: ``--seed`` defaults to a fresh key from OS entropy (``secrets``), the
+private choice. A given seed reproduces the run bit for bit and is recorded in
+``fit --json`` (``"seed"``, ``null`` when fresh), but a seed anyone else knows
+voids the guarantee: the noise can be regenerated and subtracted.
 
 Bad arguments print a one-line error and exit with status 2 (never a
 traceback); this includes errors found by ``fit``'s own validation and
@@ -49,8 +56,9 @@ _JSON_FIELDS = (
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
     "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
     "curvature_evaluations", "options", "auto_reason", "batch_size", "loss", "private",
-    "curvature_batch_size",
+    "curvature_batch_size", "seed",
 )
+# `seed` is the explicit --seed (null: a fresh key from OS entropy, nothing recorded).
 
 # Command-line flag -> transform option of `fit` (passed only when given).
 _OPTION_FLAGS = {
@@ -153,7 +161,7 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
       f"delta={res.delta:.3g} rho={rho_text} ({res.accounting}), T={res.steps}, "
       f"output {res.average}, {res.repeats} repeats: excess loss {res.excess_loss_mean:.4g} +- "
       f"{res.excess_loss_se:.2g} (loss* {res.loss_star:.6f}); compile {res.seconds_compile:.2f} s, "
-      f"run {res.seconds_run:.3f} s; guard resets {resets}"
+      f"run {res.seconds_run:.3f} s; guard resets {resets}; {_noise_text(res.seed)}"
   )
   if args.json is not None:
     record = {}
@@ -166,6 +174,13 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
                          lambda f: _loss_curve(res, name).savefig(f, format=plot_format))
   bar.close()
   return 0
+
+
+def _noise_text(seed) -> str:
+  """How the run's noise was drawn, for the report."""
+  if seed is None:
+    return "noise from fresh OS entropy"
+  return f"noise seed {seed} (reproducible; private only while the seed stays secret)"
 
 
 def _check_plot(args: argparse.Namespace) -> str:
@@ -250,7 +265,7 @@ def _loss_options(items: Sequence[str]) -> dict:
 def _demo(args: argparse.Namespace) -> int:
   from dpjax import data, training as fit_lib
 
-  ds = data.synthetic(args.seed, n=args.n, d=args.d)
+  ds = data.synthetic(args.data_seed, n=args.n, d=args.d)
   n, d = ds.x.shape
   epsilons = args.epsilons
   names = fit_lib.ALGORITHMS + (fit_lib.AUTO,)
@@ -277,9 +292,10 @@ def _demo(args: argparse.Namespace) -> int:
   some = next(iter(results.values()))
   print(
       f"dpjax demo: DP-GD, precond-gd, the double-noise Newton variants and auto on "
-      f"synthetic(seed={args.seed}, n={n}, d={d}); "
+      f"synthetic(seed={args.data_seed}, n={n}, d={d}); "
       f"{args.repeats} repeats from w0 = 0, delta = n^-2 = {some.delta:.0e}, "
-      f"'{some.accounting}' accounting (exact for these Gaussian mechanisms)"
+      f"'{some.accounting}' accounting (exact for these Gaussian mechanisms); "
+      f"{_noise_text(args.seed)}"
   )
   print(
       "T is fixed in advance (DP-GD 200 steps, precond-gd 40 steps with the last half averaged, "
@@ -355,7 +371,12 @@ def _build_parser() -> argparse.ArgumentParser:
   fit.add_argument("--steps", type=int, default=None,
                    help="number of steps T (m for precond-gd); required unless --algorithm auto")
   fit.add_argument("--repeats", type=int, default=1, help="independent repeats (default 1)")
-  fit.add_argument("--seed", type=int, default=0, help="seed of the noise and init (default 0)")
+  fit.add_argument("--seed", type=int, default=None,
+                   help=f"seed of the noise and init, an integer in [0, 2**{_common.SEED_BITS}): "
+                        "the run then reproduces bit for bit and the seed is recorded in "
+                        "--json, but anyone who knows it can regenerate and subtract the "
+                        "noise, which voids the privacy guarantee (default: a fresh key from "
+                        "OS entropy, the private choice)")
   fit.add_argument("--accounting", choices=accounting.METHODS, default="gaussian",
                    help="epsilon <-> rho conversion (default gaussian, exact here)")
   fit.add_argument("--init", choices=INITS, default="zeros", help="initial point (default zeros)")
@@ -421,7 +442,14 @@ def _build_parser() -> argparse.ArgumentParser:
   fit.set_defaults(func=_fit)
 
   demo = sub.add_parser("demo", help="compare DP-GD and the Newton variants on synthetic data")
-  demo.add_argument("--seed", type=int, default=0, help="data and noise seed (default 0)")
+  demo.add_argument("--seed", type=int, default=None,
+                    help=f"seed of the noise, an integer in [0, 2**{_common.SEED_BITS}): the "
+                         "table then reproduces bit for bit (a known seed voids the guarantee: "
+                         "the noise can be regenerated and subtracted); default: fresh OS "
+                         "entropy, so the excess losses vary within their standard errors "
+                         "from run to run")
+  demo.add_argument("--data-seed", type=int, default=0, dest="data_seed",
+                    help="seed of the synthetic data (default 0: the same workload every run)")
   demo.add_argument("--n", type=_positive_int, default=10_000, help="number of examples (default 10000)")
   demo.add_argument("--d", type=_positive_int, default=100, help="number of features (default 100)")
   demo.add_argument("--repeats", type=_positive_int, default=_DEMO_REPEATS,

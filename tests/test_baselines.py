@@ -104,19 +104,55 @@ def test_aop_large_epsilon_reallocates_instead_of_zero(small):
     baselines.aop_calibration(400, 40.0, 1e-9)
 
 
+def _perturbed_grad(a, ridge, b):
+  n = a.shape[0]
+  # Recomputed independently; 1 / (1 + e^m) = (1 - tanh(m / 2)) / 2 without overflow.
+  return lambda t: -(a.T @ (0.5 - 0.5 * np.tanh(0.5 * (a @ t)))) / n + ridge * t + b
+
+
 def test_aop_minimiser_reaches_gamma(small):
   x, y = small
   a = np.asarray(y, np.float64)[:, None] * np.asarray(x, np.float64)
   b = np.array([0.3, -0.2, 0.1, 0.05])
   gamma = 1.0 / 400**2
-  theta, gnorm, _ = baselines._minimize_perturbed(a, 0.01, b, gamma, 100)
-  s = 1.0 / (1.0 + np.exp(a @ theta))
-  grad = -(a.T @ s) / 400 + 0.01 * theta + b  # independent recomputation
-  assert np.linalg.norm(grad) <= gamma and gnorm <= 0.5 * gamma
-  _, info = baselines.aop(x, y, epsilon=1.0, key=1)
-  assert info["grad_norm"] <= info["gamma"] == gamma
-  with pytest.raises(RuntimeError, match="did not reach"):
-    baselines.aop(x, y, epsilon=1.0, key=1, max_iter=1)
+  grad = _perturbed_grad(a, 0.01, b)
+  for max_iter in (100, 1):  # Newton alone; one Newton step, then the backstop
+    theta, certified = baselines._minimize_perturbed(a, 0.01, b, gamma, max_iter, 0.25)
+    assert certified and np.linalg.norm(grad(theta)) <= 0.5 * gamma
+
+
+@pytest.mark.parametrize("b_scale", [1.0, 30.0])
+def test_aop_backstop_certifies_from_any_start(small, b_scale):
+  # Nesterov's method alone, from 0 and from a far point, with b large enough that
+  # ||theta*|| ~ ||b|| / ridge is in the hundreds to thousands: its step count is
+  # derived from the strong convexity and smoothness only, and it certifies.
+  x, y = small
+  a = np.asarray(y, np.float64)[:, None] * np.asarray(x, np.float64)
+  ridge, gamma = 0.0126, 1.0 / 400**2
+  b = b_scale * np.array([3.0, -2.0, 1.0, 0.5])
+  grad = _perturbed_grad(a, ridge, b)
+  for start in (np.zeros(4), np.full(4, 50.0)):
+    theta, certified = baselines._accelerated_backstop(
+        grad, start, gamma, strong_convexity=ridge, smoothness=0.25 + ridge)
+    assert certified and np.linalg.norm(grad(theta)) <= 0.5 * gamma
+    assert np.linalg.norm(theta) > 100.0  # far from both starts: it really ran
+
+
+def test_aop_info_is_public_and_it_never_raises_after_drawing(small):
+  x, y = small
+  theta, info = baselines.aop(x, y, epsilon=1.0, key=1, max_iter=1)
+  assert info == {**baselines.aop_calibration(400, 1.0)._asdict(), "max_iter": 1,
+                  "private": True}  # nothing that depends on the data
+  # A gamma no float64 gradient can certify (rounding is ~1e-17): the release is the
+  # data-independent fallback, the start 0 plus the same output noise u, not an error.
+  gamma = 1e-30
+  released, _ = baselines.aop(x, y, epsilon=1.0, key=1, gamma=gamma)
+  cal = baselines.aop_calibration(400, 1.0, gamma=gamma)
+  with jax.enable_x64(True):
+    z = np.asarray(jax.random.normal(jax.random.key(1), (2, 4), jnp.float64))
+  np.testing.assert_array_equal(released, cal.sigma_out * z[1])
+  r = baselines.run_baseline("aop", x, y, epsilon=1.0, key=jax.random.split(jax.random.key(2), 2))
+  assert "grad_norm" not in r.info and "iterations" not in r.info
 
 
 def test_aop_excess_loss_decreases_with_epsilon(medium):

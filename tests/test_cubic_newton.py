@@ -209,7 +209,9 @@ def test_no_noise_limit_converges_fast(x64):
     excess.append(float(lgh(w)[0]) - loss_star)
   assert excess[0] > 1e-4  # It starts far away ...
   assert max(excess[3:]) < 1e-8, excess  # ... and is below 1e-8 from the 4th step on.
-  assert min(excess) >= -1e-14
+  # -1e-12: float64 means over 200 rows; their worst-case rounding, 200 * 2^-53 * F ~ 1e-14,
+  # can put a converged iterate that far below loss_star (computed the same way).
+  assert min(excess) >= -1e-12
   assert accounting.spent_rho(state.accountant) == pytest.approx(0.5, abs=1e-15)
 
 

@@ -366,7 +366,7 @@ def _repeats_below_1(tmp, raises):
 
 
 def _seed_out_of_range(tmp, raises):
-  for seed in (-1, 2**32):
+  for seed in (-1, 2**64):
     with raises():
       _fit(seed=seed)
 
@@ -741,7 +741,7 @@ def _fake_fit_result(**fields):
               seconds_run=0.0, guard_resets=np.zeros(1, np.int64), average="none",
               final_excess_losses=np.array([0.1]), gradient_evaluations=2,
               curvature_evaluations=0, options={}, auto_reason="", batch_size=0,
-              loss="logistic", private=True, curvature_batch_size=0)
+              loss="logistic", private=True, curvature_batch_size=0, seed=None)
   base.update(fields)
   return types.SimpleNamespace(**base)
 

@@ -225,4 +225,5 @@ def test_private_fit_pseudo_huber():
   final, state = run(jnp.zeros(D, jnp.float32))
   assert accounting.spent_rho(state.accountant) == pytest.approx(5.0, rel=1e-12)
   start = float(losses.objective(loss, jnp.zeros(D, jnp.float32), x, y))
-  assert f_star < float(final) < start - 0.5 * (start - f_star)
+  # (1 - 1e-6) f_star: the float32 objective over 600 rows rounds at ~1e-7 relative.
+  assert f_star * (1 - 1e-6) < float(final) < start - 0.5 * (start - f_star)
