@@ -384,7 +384,8 @@ def aop(
   add/remove with ``n`` public); it is not a zCDP mechanism and charges no
   accountant. With the constants of :func:`aop_calibration`:
 
-  1. draw ``b ~ N(0, sigma_obj^2 I)`` and ``u ~ N(0, sigma_out^2 I)`` from ``key``;
+  1. draw ``b ~ N(0, sigma_obj^2 I)`` from ``key`` (float64, with a density, as
+     the objective-perturbation proof needs: :func:`dpjax.noise.perturbation_vector`);
   2. find ``theta`` with ``||grad F(theta)|| <= gamma`` for ``F(theta) = (1/n)
      sum_i log(1 + exp(-y_i <x_i, theta>)) + (Lambda / (2n)) ||theta||^2 + <b,
      theta>``, deterministically in float64: Newton's method from 0 (at most
@@ -392,7 +393,9 @@ def aop(
      whose step count guarantees the bound in exact arithmetic
      (:func:`_minimize_perturbed`); a point counts as certified when its
      float64 gradient norm is ``<= gamma / 2``;
-  3. release ``theta + u`` if ``theta`` is certified, else ``u`` alone.
+  3. release ``theta + u`` if ``theta`` is certified, else ``u`` alone, with
+     ``u ~ N(0, sigma_out^2 I)`` added by the floating-point-safe
+     :func:`dpjax.noise.add_gaussian` (sensitivity ``2 n gamma / Lambda``).
 
   The privacy argument needs ``||x_i|| <= L = row_norm_bound`` (validated,
   with no tolerance) and the logistic loss's true constants: ``L``-Lipschitz,
@@ -449,17 +452,20 @@ def aop(
                         eps_out_frac=eps_out_frac, gamma=gamma)
   max_iter = _validate.positive_int(max_iter, "max_iter")
   key = _host_key(key)
-  with jax.enable_x64(True):
-    z = np.asarray(jax.device_get(jax.random.normal(key, (2, d), jnp.float64)), np.float64)
-  b = cal.sigma_obj * z[0]
-  out_noise = cal.sigma_out * z[1]
+  key_obj, key_out = jax.random.split(key)
+  b = noise.perturbation_vector(key_obj, d, cal.sigma_obj)
   x64 = np.asarray(jax.device_get(x), np.float64)
   y64 = np.asarray(jax.device_get(y), np.float64)
   a = y64[:, None] * x64
   theta, certified = _minimize_perturbed(a, cal.big_lambda / n, b, cal.gamma, max_iter,
                                          cal.smoothness)
   # Uncertified (float64 rounding only, see above): the data-independent fallback 0 + u.
-  released = (theta if certified else np.zeros(d)) + out_noise
+  # The output perturbation is the release: through the exact sampler, sensitivity
+  # 2 n gamma / Lambda (the approximate minimisers' distance bound) at std sigma_out.
+  with jax.enable_x64(True):
+    released = np.asarray(jax.device_get(noise.add_gaussian(
+        key_out, jnp.asarray(theta if certified else np.zeros(d), jnp.float64),
+        sensitivity=2.0 * n * cal.gamma / cal.big_lambda, noise_std=cal.sigma_out)), np.float64)
   info = {**cal._asdict(), "max_iter": max_iter, "private": True}
   return released, info
 

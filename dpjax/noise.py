@@ -147,6 +147,7 @@ __all__ = [
     "MAX_MULTIPLIER",
     "add_gaussian",
     "add_gaussian_symmetric",
+    "perturbation_vector",
     "effective_std",
     "tv_slack",
     "tv_per_coordinate",
@@ -662,3 +663,27 @@ def effective_std(value: Any, *, sensitivity: float, noise_std: float) -> float:
   if float(noise_std) == 0.0:
     return 0.0
   return plan(float(noise_std), float(sensitivity), _size(leaves)).std
+
+
+def perturbation_vector(key: jax.Array, d: int, std: float) -> np.ndarray:
+  """``b ~ N(0, std^2 I_d)`` in float64, for objective perturbation (host numpy).
+
+  The one Gaussian draw that is not a release: objective perturbation
+  (Chaudhuri, Monteleoni & Sarwate 2011; Iyengar et al. 2019) adds ``<b,
+  theta>`` to the objective and its proof is a change of variables that
+  needs ``b`` to have a density, which a lattice cannot give. ``b`` itself is
+  never released; the mechanism's output is released through
+  :func:`add_gaussian` (the output perturbation), so what leaves the
+  mechanism is on a public grid. Drawn in float64 (53-bit mantissa) from the
+  key.
+
+  Examples:
+    >>> import jax
+    >>> from dpjax import noise
+    >>> noise.perturbation_vector(jax.random.key(0), 3, 1.0).dtype
+    dtype('float64')
+  """
+  with jax.enable_x64(True):
+    z = jax.random.normal(key, (int(d),), jnp.float64)
+    return float(std) * np.asarray(jax.device_get(z), np.float64)
+

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import Z_MAX, maybe_jit, scale_z
-from dpjax import accounting, baselines, data, glm, solve
+from dpjax import accounting, baselines, data, glm, noise, solve
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +148,12 @@ def test_aop_info_is_public_and_it_never_raises_after_drawing(small):
   gamma = 1e-30
   released, _ = baselines.aop(x, y, epsilon=1.0, key=1, gamma=gamma)
   cal = baselines.aop_calibration(400, 1.0, gamma=gamma)
+  _, key_out = jax.random.split(jax.random.key(1))
   with jax.enable_x64(True):
-    z = np.asarray(jax.random.normal(jax.random.key(1), (2, 4), jnp.float64))
-  np.testing.assert_array_equal(released, cal.sigma_out * z[1])
+    u = np.asarray(noise.add_gaussian(key_out, jnp.zeros(4, jnp.float64),
+                                      sensitivity=2 * 400 * gamma / cal.big_lambda,
+                                      noise_std=cal.sigma_out))
+  np.testing.assert_array_equal(released, u)
   r = baselines.run_baseline("aop", x, y, epsilon=1.0, key=jax.random.split(jax.random.key(2), 2))
   assert "grad_norm" not in r.info and "iterations" not in r.info
 
