@@ -32,6 +32,7 @@ import numpy as np
 import optax
 
 from dpjax import _common
+from dpjax import _neighbouring
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
 from dpjax import auto as auto_lib
@@ -162,6 +163,13 @@ class FitResult(NamedTuple):
       data without noise; their ``epsilon`` then only describes the noise.
     curvature_batch_size: the expected curvature sample of
       ``"newton-minibatch"``; 0 otherwise.
+    neighbouring: the neighbouring relation the guarantee holds for, with
+      ``n`` public: ``"zero-out"`` (the default; one row replaced by the null
+      row, which contributes nothing) or ``"replace-one"`` (by any row). The
+      Poisson methods (``"dp-sgd"``, ``"newton-minibatch"``) are accounted
+      for adding or removing one example, which covers zero-out (a null row
+      adds nothing to any sampled sum) but not replace-one; AOP is calibrated
+      for replace-one, which covers both.
 
   ``rho`` is ``None`` for the runs not calibrated in zCDP: the RDP-accounted
   Poisson methods (``accounting == "rdp"``, ``epsilon`` is the calibration
@@ -207,6 +215,7 @@ class FitResult(NamedTuple):
   loss: str = "logistic"
   private: bool = True
   curvature_batch_size: int = 0
+  neighbouring: str = "zero-out"
 
 
 def _digest(a: np.ndarray) -> str:
@@ -305,6 +314,7 @@ def fit(
     curvature_batch_size: int | None = None,
     loss_options: dict | None = None,
     epsilon_budget: float | None = None,
+    neighbouring: str = "zero-out",
     **algorithm_options: Any,
 ) -> FitResult:
   """Runs a private algorithm ``repeats`` times in one compiled call.
@@ -372,6 +382,15 @@ def fit(
   delta) curve of mu-GDP is exact (Balle & Wang 2018), so it is the tightest
   valid conversion. The other methods (``"cks"``, ...) are valid for any
   zCDP mechanism and give a smaller rho for the same epsilon.
+
+  **Neighbouring relation.** ``n`` is public (every mean divides by it) and
+  neighbours differ in one row: ``neighbouring="zero-out"`` (the default)
+  replaces it by the null row (``x = 0``: zero gradient, zero curvature),
+  ``"replace-one"`` by any other row. Each transform calibrates its noise to
+  the relation (:mod:`dpjax._neighbouring`; e.g. the gradient noise doubles,
+  the curvature matrix's grows by ``sqrt(2)``, the trace's does not change);
+  the result's ``neighbouring`` records it. The streaming methods take both;
+  the Poisson methods only zero-out (see :class:`FitResult`).
 
   **Budget enforcement** (:mod:`dpjax.budget`). A plan whose epsilon at
   ``delta`` (``epsilon``, or ``rho`` converted) exceeds ``epsilon_budget``
@@ -451,6 +470,8 @@ def fit(
       (:func:`dpjax.losses.get_loss`, e.g. ``{"regularization": 1e-3}``).
     epsilon_budget: an optional cap (> 0) on the run's epsilon at ``delta``;
       see **Budget enforcement**.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"``; see
+      **Neighbouring relation**.
     **algorithm_options: forwarded to the transform factory.
 
   Returns:
@@ -482,6 +503,7 @@ def fit(
                                ALGORITHMS + STREAMING_ALGORITHMS + DRIVER_ALGORITHMS + (AUTO,))
   loss = _validate.choice(loss, "loss",
                           tuple(dict.fromkeys(streaming.LOSSES + drivers.losses_lib.LOSSES)))
+  neighbouring = _check_neighbouring(algorithm, neighbouring)
   if epsilon_budget is not None:
     _check_plan_budget(data, epsilon=epsilon, rho=rho, delta=delta, method=accounting,
                        epsilon_budget=epsilon_budget)
@@ -490,7 +512,27 @@ def fit(
       seed=seed, accounting=accounting, init=init, guard_radius=guard_radius,
       timing_runs=timing_runs, average=average, batch_size=batch_size, loss=loss,
       curvature_batch_size=curvature_batch_size, loss_options=loss_options,
-      algorithm_options=algorithm_options), epsilon_budget)
+      algorithm_options=algorithm_options, neighbouring=neighbouring)._replace(
+          neighbouring=neighbouring), epsilon_budget)
+
+
+def _check_neighbouring(algorithm: str, neighbouring: Any) -> str:
+  """``neighbouring``, validated for ``algorithm`` (before any work)."""
+  neighbouring = _neighbouring.check(neighbouring)
+  if neighbouring == "replace-one" and algorithm in drivers.POISSON_ALGORITHMS:
+    raise ValueError(
+        f"neighbouring='replace-one' is not offered for the Poisson-subsampled {algorithm!r}: "
+        "its Renyi-DP accounting is for adding or removing one example, which covers "
+        "zero-out but not replace-one. Pass neighbouring='zero-out', or use a full-batch "
+        f"method ({', '.join(ALGORITHMS)}) or a streaming one for replace-one.")
+  return neighbouring
+
+
+def _relation_options(algorithm: str, neighbouring: str, options: dict) -> dict:
+  """``options`` plus the transform's ``neighbouring`` where it is not its default."""
+  if neighbouring == "zero-out" or algorithm == "aop":  # AOP: calibrated for replace-one.
+    return options
+  return {**options, "neighbouring": neighbouring}
 
 
 def _check_plan_budget(data, *, epsilon, rho, delta, method, epsilon_budget) -> None:
@@ -513,8 +555,10 @@ def _checked(result: FitResult, epsilon_budget: float | None) -> FitResult:
 
 def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting, init,
          guard_radius, timing_runs, average, batch_size, loss, curvature_batch_size,
-         loss_options, algorithm_options) -> FitResult:
+         loss_options, algorithm_options, neighbouring="zero-out") -> FitResult:
   """``fit`` after its name checks: dispatches to the driver, streaming or scan path."""
+  if algorithm != AUTO:  # auto: added to the options it chooses.
+    algorithm_options = _relation_options(algorithm, neighbouring, algorithm_options)
   if algorithm in DRIVER_ALGORITHMS or (
       algorithm in drivers.GENERAL_LOSS_ALGORITHMS and loss in drivers.losses_lib.LOSSES
       and loss != "logistic"):
@@ -546,7 +590,9 @@ def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounti
     choice = _auto_choice(n, d, level, accounting)
     plan = _plan(data, choice.algorithm, steps=choice.steps, repeats=repeats, seed=seed,
                  init=init, guard_radius=guard_radius, timing_runs=timing_runs,
-                 average=choice.average, options=choice.options, reason=choice.reason)
+                 average=choice.average,
+                 options=_relation_options(choice.algorithm, neighbouring, choice.options),
+                 reason=choice.reason)
   else:
     plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
                  guard_radius=guard_radius, timing_runs=timing_runs, average=average,
@@ -662,6 +708,7 @@ def fit_levels(
     guard_radius: float = DEFAULT_GUARD_RADIUS,
     timing_runs: int = 1,
     average: str | None = None,
+    neighbouring: str = "zero-out",
     **algorithm_options: Any,
 ) -> list[FitResult]:
   """:func:`fit` at several privacy levels in one compiled program.
@@ -685,7 +732,7 @@ def fit_levels(
 
   Args:
     data, algorithm, steps, repeats, seed, init, guard_radius, timing_runs,
-      **algorithm_options: as in :func:`fit`.
+      neighbouring, **algorithm_options: as in :func:`fit`.
     epsilons: target epsilons (each > 0), or
     rhos: total zCDP budgets (each > 0); exactly one of the two, non-empty.
     delta: in (0, 1); default ``1 / n**2``, shared by all levels.
@@ -714,12 +761,13 @@ def fit_levels(
     True
   """
   algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS + (AUTO,))
+  neighbouring = _check_neighbouring(algorithm, neighbouring)
   if algorithm == AUTO:
     n, d = _auto_shape(data, steps, average, algorithm_options)
   else:
     plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
                  guard_radius=guard_radius, timing_runs=timing_runs, average=average,
-                 options=algorithm_options)
+                 options=_relation_options(algorithm, neighbouring, algorithm_options))
     n = plan.n
   if (epsilons is None) == (rhos is None):
     raise ValueError(
@@ -764,7 +812,8 @@ def fit_levels(
     groups = [
         (_plan(data, c.algorithm, steps=c.steps, repeats=repeats, seed=seed, init=init,
                guard_radius=guard_radius, timing_runs=timing_runs, average=c.average,
-               options=c.options, reason=c.reason), idx)
+               options=_relation_options(c.algorithm, neighbouring, c.options),
+               reason=c.reason), idx)
         for c, idx in by_choice.values()
     ]
   for group_plan, idx in groups:
@@ -773,7 +822,7 @@ def fit_levels(
   results: list = [None] * len(levels)
   for group_plan, idx in groups:
     for i, res in zip(idx, _execute(group_plan, [levels[i] for i in idx], batched=True)):
-      results[i] = res
+      results[i] = res._replace(neighbouring=neighbouring)
   return results
 
 
