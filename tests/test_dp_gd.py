@@ -238,3 +238,32 @@ def test_replace_one_sensitivity_covers_an_adversarial_pair():
   x0[0] = 0.0
   change0 = np.linalg.norm(_mean_logistic_grad(w, x, y) - _mean_logistic_grad(w, x0, y))
   assert 0.99 / n < change0 <= stated["zero-out"] * (1 + 1e-6)
+
+
+def test_replace_one_audit_of_one_step_stays_under_the_claim():
+  """An empirical audit (dpjax.audit.bounds) of one released step on the adversarial
+  replace-one pair: at or below the claimed epsilon = 2 with the replace-one calibration;
+  above it with the zero-out calibration (the noise of a mislabelled relation)."""
+  from dpjax.audit import bounds  # pylint: disable=g-import-not-at-top
+  n, eps, delta, k = 20, 2.0, 1e-5, 20_000
+  w, (x, y), (xp, yp) = _opposite_gradient_pair(n)
+  g0, g1 = _mean_logistic_grad(w, x, y), _mean_logistic_grad(w, xp, yp)
+  u = jnp.asarray((g1 - g0) / np.linalg.norm(g1 - g0), jnp.float32)
+  rho = accounting.epsilon_to_zcdp(eps, delta, "gaussian")
+  keys = jax.random.split(jax.random.key(11), 2 * k)
+  lower = {}
+  for rel in ("replace-one", "zero-out"):
+
+    def release(key, g, rel=rel):
+      tx = dp_gd(n=n, rho_per_step=rho, learning_rate=1.0, key=key, neighbouring=rel)
+      update, state = tx.update(g, tx.init(jnp.zeros(2)))
+      return update @ u, state.accountant
+
+    run = jax.jit(jax.vmap(release, in_axes=(0, None)))
+    s0, acc = run(keys[:k], jnp.asarray(g0, jnp.float32))
+    s1, _ = run(keys[k:], jnp.asarray(g1, jnp.float32))
+    claim = accounting.epsilon_spent(jax.tree.map(lambda a: a[0], acc), delta, "gaussian")
+    assert claim == pytest.approx(eps, rel=1e-9)
+    lower[rel] = bounds.empirical_epsilon(np.asarray(s0), np.asarray(s1), delta).epsilon
+  assert lower["replace-one"] <= eps
+  assert lower["zero-out"] > eps
