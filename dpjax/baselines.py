@@ -186,7 +186,7 @@ def aop_calibration(
      used ``beta = 1`` and ``L = 1`` on rows of norm ``sqrt(2)``).
   3. ``sigma_obj = (2L/n)(1 + sqrt(2 ln(1/delta_obj))) / eps_p``: ``b`` has
      sensitivity ``2L/n`` (one example's gradient ``/ n`` changes by at most
-     ``2L/n`` under replacement, ``L/n`` under add/remove with ``n`` public).
+     ``2L/n`` under replacement, ``L/n`` under zero-out with ``n`` public).
   4. ``sigma_out = (2 n gamma / Lambda)(1 + sqrt(2 ln(1/delta_out))) / eps_out``.
 
   **Large epsilon.** The reference code (and the public benchmark it was taken
@@ -344,7 +344,7 @@ def aop(
   """Approximate minima perturbation (AOP/AMP; Iyengar et al. 2019; spec 2.5).
 
   **Private: yes, (epsilon, delta)-DP** (replace-one neighbours, hence also
-  add/remove with ``n`` public); it is not a zCDP mechanism and charges no
+  zero-out, with ``n`` public); it is not a zCDP mechanism and charges no
   accountant. With the constants of :func:`aop_calibration`:
 
   1. draw ``b ~ N(0, sigma_obj^2 I)`` and ``u ~ N(0, sigma_out^2 I)`` from ``key``;
