@@ -1,4 +1,4 @@
-"""The two neighbouring relations of the full-batch methods, and the lemmas behind their sensitivities.
+"""The neighbouring relations of the full-batch methods and the lemmas behind their sensitivities.
 
 Every full-batch method of dpjax (DP-GD, preconditioned DP-GD, the
 double-noise Newton method, cubic Newton, the private damped Newton baseline)
@@ -77,7 +77,8 @@ def check(neighbouring: Any) -> str:
 
 
 def vector_factor(neighbouring: Any) -> float:
-  """1 (zero-out) or 2 (replace-one): the sensitivity of a mean of vectors of norm ``<= B``, over ``B / n``.
+  """1 (zero-out) or 2 (replace-one): the sensitivity of a mean of vectors of norm ``<= B``, over
+  ``B / n`` (module docstring, lemma 1).
 
   Examples:
     >>> from dpjax import _neighbouring

@@ -563,8 +563,9 @@ def test_replace_one_direction_sensitivity_bounds_swapped_rows(modification):
     return (rng.uniform(0.0, 1.0, size=k) * lip)[:, None, None] * np.einsum("ki,kj->kij", x, x)
 
   a, a2 = term(), term()
-  change = np.linalg.norm(_inverse(h0 + a, lam, modification) - _inverse(h0 + a2, lam, modification),
-                          ord=2, axis=(1, 2))
+  change = np.linalg.norm(
+      _inverse(h0 + a, lam, modification) - _inverse(h0 + a2, lam, modification), ord=2,
+      axis=(1, 2))
   kw = dict(n=n, curvature_norm_bound=0.25, modification=modification)
   bound = direction_sensitivity(lam, **kw, neighbouring="replace-one")
   assert np.all(change <= bound * (1 + 1e-9))
