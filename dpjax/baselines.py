@@ -5,8 +5,16 @@ sections 2.3-2.6 and 7. Data: ``x [n, d]`` with every row norm ``<= L``
 (``row_norm_bound``, 1 under the dpjax contract; pass ``sqrt(2)`` for rows
 that got an intercept after unit normalisation), labels ``y`` in {-1, +1}.
 With ``||x_i|| <= L`` each example's logistic loss is ``L``-Lipschitz and
-``L^2/4``-smooth, and its Hessian ``c(z) x x^T`` is rank 1 with Frobenius
+``L^2/4``-smooth, and its Hessian ``c(z) x x^T`` is rank 1, PSD, with Frobenius
 (= operator) norm ``<= L^2/4``.
+
+Neighbouring relations (``neighbouring=`` of the iterative baselines;
+:mod:`dpjax._neighbouring`), ``n`` public: ``"zero-out"`` (the default) replaces
+one row by the null row (zero gradient and Hessian), ``"replace-one"`` by any
+row, which doubles the gradient's sensitivity (``2L/n``) and multiplies the
+Hessian's Frobenius sensitivity by ``sqrt(2)`` (``sqrt(2) L^2/(4n)``: two PSD
+terms have ``<A, A'>_F >= 0``). AOP is calibrated for replace-one (its
+objective perturbation budgets ``2L/n``), which covers zero-out too.
 
 =========================  ========  ==========================================
 baseline                   private?  why
@@ -54,6 +62,7 @@ import optax
 from jax import lax
 
 from dpjax import _common
+from dpjax import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import noise
@@ -178,7 +187,7 @@ def aop_calibration(
      used ``beta = 1`` and ``L = 1`` on rows of norm ``sqrt(2)``).
   3. ``sigma_obj = (2L/n)(1 + sqrt(2 ln(1/delta_obj))) / eps_p``: ``b`` has
      sensitivity ``2L/n`` (one example's gradient ``/ n`` changes by at most
-     ``2L/n`` under replacement, ``L/n`` under add/remove with ``n`` public).
+     ``2L/n`` under replacement, ``L/n`` under zero-out with ``n`` public).
   4. ``sigma_out = (2 n gamma / Lambda)(1 + sqrt(2 ln(1/delta_out))) / eps_out``.
 
   **Large epsilon.** The reference code (and the public benchmark it was taken
@@ -381,7 +390,7 @@ def aop(
   """Approximate minima perturbation (AOP/AMP; Iyengar et al. 2019; spec 2.5).
 
   **Private: yes, (epsilon, delta)-DP** (replace-one neighbours, hence also
-  add/remove with ``n`` public); it is not a zCDP mechanism and charges no
+  zero-out, with ``n`` public); it is not a zCDP mechanism and charges no
   accountant. With the constants of :func:`aop_calibration`:
 
   1. draw ``b ~ N(0, sigma_obj^2 I)`` from ``key`` (float64, with a density, as
@@ -481,30 +490,41 @@ def damped_newton_noise(
     *,
     grad_frac: float = 0.7,
     row_norm_bound: float = 1.0,
+    neighbouring: str = "zero-out",
 ) -> tuple[Any, Any]:
   """``(sigma_g, sigma_H)``: the damped-Newton noise stds of one step (spec 2.4).
 
   ``rho_g = grad_frac rho_t``, ``rho_H = (1 - grad_frac) rho_t``;
-  ``sigma_g = (L/n) / sqrt(2 rho_g)`` (each example's gradient has norm
-  ``<= L``) and ``sigma_H = (L^2/(4n)) / sqrt(2 rho_H)``: one example moves the
-  mean Hessian by ``c(z) x x^T / n`` of Frobenius norm ``<= L^2/(4n)``, and the
-  symmetrised noise of :func:`dpjax.noise.add_gaussian_symmetric` is exactly
-  ``||D||_F^2 / (2 sigma_H^2)``-zCDP for a change ``D``.
+  ``sigma_g = (f_g L/n) / sqrt(2 rho_g)`` and ``sigma_H = (f_H L^2/(4n)) /
+  sqrt(2 rho_H)``. Zero-out (``f_g = f_H = 1``): one example moves the mean
+  gradient by ``<= L/n`` and the mean Hessian by ``c(z) x x^T / n``, of
+  Frobenius norm ``<= L^2/(4n)``. Replace-one: the gradients of two rows differ
+  by ``<= 2L`` (``f_g = 2``), and two PSD terms ``A, A'`` of Frobenius norm
+  ``<= L^2/4`` differ by ``||A - A'||_F = sqrt(||A||_F^2 + ||A'||_F^2 - 2 <A,
+  A'>_F) <= sqrt(2) L^2/4`` since ``<A, A'>_F = tr(A A') >= 0`` (``f_H =
+  sqrt(2)``). The symmetrised noise of :func:`dpjax.noise.add_gaussian_symmetric`
+  is exactly ``||D||_F^2 / (2 sigma_H^2)``-zCDP for a change ``D``.
 
   Examples:
     >>> from dpjax import baselines
     >>> sg, sh = baselines.damped_newton_noise(1000, 0.01)
     >>> round(sg, 8), round(sh, 8)
     (0.00845154, 0.00322749)
+    >>> sg2, sh2 = baselines.damped_newton_noise(1000, 0.01, neighbouring="replace-one")
+    >>> sg2 / sg, round(sh2 / sh, 12)
+    (2.0, 1.414213562373)
   """
   n = _validate.positive_int(n, "n")
   rho_t = _common.budget_value(rho_per_step, "rho_per_step")
   gamma = _validate.float_in_open_interval(grad_frac, "grad_frac", 0.0, 1.0)
   lip = _validate.positive_float(row_norm_bound, "row_norm_bound")
+  f_g = _neighbouring.vector_factor(neighbouring)
+  f_h = _neighbouring.psd_frobenius_factor(neighbouring)
   rho_g = gamma * rho_t
   rho_h = rho_t - rho_g
-  return (accounting.gaussian_sigma(lip / n, rho_g),
-          accounting.gaussian_sigma(lip * lip / (4.0 * n), rho_h))
+  # The one place where the damped-Newton noise scales are derived (docstring).
+  return (accounting.gaussian_sigma(f_g * lip / n, rho_g),
+          accounting.gaussian_sigma(f_h * lip * lip / (4.0 * n), rho_h))
 
 
 class DampedNewtonState(NamedTuple):
@@ -526,13 +546,16 @@ def _damped_step_size(beta: jax.Array) -> jax.Array:
 
 
 def _damped_newton(*, n, rho, steps, rho_per_step, grad_frac, min_eigenvalue, step_size,
-                   row_norm_bound, key, disable_noise_for_testing, name):
+                   row_norm_bound, key, neighbouring, disable_noise_for_testing, name):
   n = _validate.positive_int(n, "n")
   rho_step, steps = _common.per_step_budget(rho, steps, rho_per_step)
   lam = _validate.positive_float(min_eigenvalue, "min_eigenvalue")
   sigma_g, sigma_h = damped_newton_noise(n, rho_step, grad_frac=grad_frac,
-                                         row_norm_bound=row_norm_bound)
+                                         row_norm_bound=row_norm_bound,
+                                         neighbouring=neighbouring)
   lip = float(row_norm_bound)
+  sens_g = _neighbouring.vector_factor(neighbouring) * lip / n
+  sens_h = _neighbouring.psd_frobenius_factor(neighbouring) * lip * lip / (4.0 * n)
   key = _common.canonical_key(key)
   on = 0.0 if _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing") else 1.0
 
@@ -562,11 +585,10 @@ def _damped_newton(*, n, rho, steps, rho_per_step, grad_frac, min_eigenvalue, st
     h = jnp.asarray(curvature_matrix, dt)
     ok = _common.gate(state.count, steps, name)
     new_key, k_g, k_h = jax.random.split(state.key, 3)
-    # Gradient: sensitivity L/n, budget grad_frac * rho_t.
-    g_noisy = noise.add_gaussian(k_g, g, sensitivity=lip / n, noise_std=on * sigma_g)
-    # Hessian: Frobenius sensitivity L^2/(4n), budget (1 - grad_frac) * rho_t.
-    h_noisy = noise.add_gaussian_symmetric(k_h, h, sensitivity=lip * lip / (4.0 * n),
-                                           noise_std=on * sigma_h)
+    # Gradient: sensitivity f_g L/n, budget grad_frac * rho_t.
+    g_noisy = noise.add_gaussian(k_g, g, sensitivity=sens_g, noise_std=on * sigma_g)
+    # Hessian: Frobenius sensitivity f_H L^2/(4n), budget (1 - grad_frac) * rho_t.
+    h_noisy = noise.add_gaussian_symmetric(k_h, h, sensitivity=sens_h, noise_std=on * sigma_h)
     acc = accounting.charge(state.accountant, rho_step,  # Where both noises are drawn.
                             slack=on * (noise.tv_slack(g) + noise.tv_slack(h)))
     direction = spectral.modified_solve(h_noisy, g_noisy, lam, "clip")
@@ -600,6 +622,7 @@ def damped_newton(
     min_eigenvalue: float = 1e-5,
     row_norm_bound: float = 1.0,
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """Damped Newton of Avella-Medina et al. 2021 as run in the paper (spec 2.4). NOT PRIVATE.
@@ -626,6 +649,8 @@ def damped_newton(
     min_eigenvalue: eigen-clip floor of ``H~`` (1e-5, the Jul-2023 reference).
     row_norm_bound: ``L``, the bound on row norms (``sigma`` scales).
     key: int seed or typed PRNG key.
+    neighbouring: the relation the noise is calibrated for (as in
+      :func:`damped_newton_private`, whose noise this matches).
     disable_noise_for_testing: no noise at all. For tests only.
 
   Returns:
@@ -645,7 +670,7 @@ def damped_newton(
   """
   return _damped_newton(n=n, rho=rho, steps=steps, rho_per_step=rho_per_step,
                         grad_frac=grad_frac, min_eigenvalue=min_eigenvalue, step_size="oracle",
-                        row_norm_bound=row_norm_bound, key=key,
+                        row_norm_bound=row_norm_bound, key=key, neighbouring=neighbouring,
                         disable_noise_for_testing=disable_noise_for_testing,
                         name="damped_newton")
 
@@ -661,16 +686,19 @@ def damped_newton_private(
     step_size: float | str = "noisy-decrement",
     row_norm_bound: float = 1.0,
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """A private damped Newton method with the noises of Avella-Medina et al. (spec 2.4).
 
-  **Private: yes, rho-zCDP** (add/remove neighbours, ``n`` public). Each step
-  releases ``g~ = g + N(0, sigma_g^2 I)`` (sensitivity ``L/n``, budget
-  ``grad_frac rho_t``) and ``H + (E + E^T)/2`` (Frobenius sensitivity
-  ``L^2/(4n)``, budget ``(1 - grad_frac) rho_t``), charged to the accountant
-  where they are drawn; everything else is post-processing of those releases
-  and public constants:
+  **Private: yes, rho-zCDP** (``n`` public; ``neighbouring="zero-out"``, the
+  default, or ``"replace-one"``). Each step releases ``g~ = g + N(0, sigma_g^2
+  I)`` (sensitivity ``L/n``; ``2L/n`` for replace-one; budget ``grad_frac
+  rho_t``) and ``H + (E + E^T)/2`` (Frobenius sensitivity ``L^2/(4n)``;
+  ``sqrt(2) L^2/(4n)`` for replace-one, two PSD rank-one terms; budget ``(1 -
+  grad_frac) rho_t``), calibrated by :func:`damped_newton_noise` and charged to
+  the accountant where they are drawn; everything else is post-processing of
+  those releases and public constants:
 
   * ``H~ = eigclip(H + (E + E^T)/2, min_eigenvalue)``, direction ``p = H~^{-1} g~``;
   * ``step_size="noisy-decrement"`` (default): the paper's damping
@@ -689,6 +717,8 @@ def damped_newton_private(
     step_size: ``"noisy-decrement"`` or a public constant in (0, 1].
     row_norm_bound: ``L``.
     key: int seed or typed PRNG key.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"`` (gradient noise
+      x 2, Hessian noise x sqrt(2)).
     disable_noise_for_testing: no noise at all (NOT private). For tests only.
 
   Returns:
@@ -718,7 +748,7 @@ def damped_newton_private(
       raise ValueError(f"step_size must be in (0, 1] (a damped Newton step), got {step_size!r}.")
   return _damped_newton(n=n, rho=rho, steps=steps, rho_per_step=rho_per_step,
                         grad_frac=grad_frac, min_eigenvalue=min_eigenvalue, step_size=step_size,
-                        row_norm_bound=row_norm_bound, key=key,
+                        row_norm_bound=row_norm_bound, key=key, neighbouring=neighbouring,
                         disable_noise_for_testing=disable_noise_for_testing,
                         name="damped_newton_private")
 
@@ -751,12 +781,14 @@ def dp_gd_oracle(
     armijo: float = 0.4,
     min_step: float = 1e-6,
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """DP-GD-Oracle: noisy gradient, step size by a line search on the TRUE loss. NOT PRIVATE.
 
   **Private: no** (spec 2.3; the paper's Fig. 3 diagnostic). The gradient
-  release ``g~ = g + N(0, sigma^2 I)``, ``sigma = (L/n) / sqrt(2 rho_t)``, is
+  release ``g~ = g + N(0, sigma^2 I)``, ``sigma = (f L/n) / sqrt(2 rho_t)``
+  (``f = 1`` for ``neighbouring="zero-out"``, 2 for ``"replace-one"``), is
   a Gaussian mechanism (charged), but the step size is chosen by Armijo
   backtracking on the noise-free loss, a data-dependent choice paid for by no
   noise. ``update(g, state, params, *, x, y)``: starting at ``eta =
@@ -773,6 +805,8 @@ def dp_gd_oracle(
     row_norm_bound: ``L``.
     initial_step, shrink, armijo, min_step: the line search.
     key: int seed or typed PRNG key.
+    neighbouring: the relation the gradient noise is calibrated for (as
+      :func:`dpjax.transforms.dp_gd`).
     disable_noise_for_testing: no gradient noise. For tests only.
 
   Returns:
@@ -798,7 +832,8 @@ def dp_gd_oracle(
   min_step = _validate.positive_float(min_step, "min_step")
   if min_step > eta0:
     raise ValueError(f"min_step={min_step!r} must be <= initial_step={eta0!r}.")
-  sigma = accounting.gaussian_sigma(lip / n, rho_step)
+  sens = _neighbouring.vector_factor(neighbouring) * lip / n
+  sigma = accounting.gaussian_sigma(sens, rho_step)
   key = _common.canonical_key(key)
   on = 0.0 if _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing") else 1.0
 
@@ -822,7 +857,7 @@ def dp_gd_oracle(
     dt = g.dtype
     ok = _common.gate(state.count, steps, "dp_gd_oracle")
     new_key, k_g = jax.random.split(state.key)
-    g_noisy = noise.add_gaussian(k_g, g, sensitivity=lip / n, noise_std=on * sigma)
+    g_noisy = noise.add_gaussian(k_g, g, sensitivity=sens, noise_std=on * sigma)
     acc = accounting.charge(state.accountant, rho_step, slack=on * noise.tv_slack(g))
     loss0 = glm.logistic_loss(w, x, y)
     slope = armijo * jnp.vdot(g_noisy, g)

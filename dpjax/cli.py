@@ -56,7 +56,7 @@ _JSON_FIELDS = (
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
     "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
     "curvature_evaluations", "options", "auto_reason", "batch_size", "loss", "private",
-    "curvature_batch_size", "seed",
+    "curvature_batch_size", "seed", "neighbouring",
 )
 # `seed` is the explicit --seed (null: a fresh key from OS entropy, nothing recorded).
 
@@ -140,7 +140,7 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
       ds, args.algorithm, epsilon=args.epsilon, rho=args.rho, delta=args.delta,
       steps=args.steps, repeats=args.repeats, seed=args.seed, accounting=args.accounting,
       init=args.init, average=args.average, batch_size=args.batch_size, loss=args.loss,
-      **extra, **options,
+      neighbouring=args.neighbouring, **extra, **options,
   )
   if outputs:
     bar.update("write " + ", ".join(os.path.basename(f) for f in outputs))
@@ -155,6 +155,8 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
     label += f" ({res.loss})"
   if not res.private:
     label += " [NOT PRIVATE: a non-private baseline]"
+  if res.neighbouring != "zero-out":
+    label += f" [{res.neighbouring} neighbours]"
   rho_text = "n/a" if res.rho is None else f"{res.rho:.6g}"
   print(
       f"{label} on {name} (n={res.n}, d={res.d}): eps={res.epsilon:.4g} "
@@ -342,6 +344,7 @@ def _build_parser() -> argparse.ArgumentParser:
                               STREAMING_ALGORITHMS)
   from dpjax.streaming import LOSSES
   from dpjax.losses import LOSSES as GENERAL_LOSSES
+  from dpjax.minibatch import NEIGHBOURING
 
   parser = _ArgumentParser(
       prog="dpjax", description="Differentially private convex optimisation in JAX."
@@ -379,6 +382,10 @@ def _build_parser() -> argparse.ArgumentParser:
                         "OS entropy, the private choice)")
   fit.add_argument("--accounting", choices=accounting.METHODS, default="gaussian",
                    help="epsilon <-> rho conversion (default gaussian, exact here)")
+  fit.add_argument("--neighbouring", choices=NEIGHBOURING, default="zero-out",
+                   help="the neighbouring relation, n public: zero-out (default; one row "
+                        "replaced by a null row) or replace-one (by any row; more noise). "
+                        "dp-sgd and newton-minibatch: zero-out only")
   fit.add_argument("--init", choices=INITS, default="zeros", help="initial point (default zeros)")
   fit.add_argument("--average", choices=AVERAGES, default=None,
                    help="output: the final iterate (none) or the mean of the last half / "

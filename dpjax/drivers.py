@@ -92,7 +92,7 @@ _POISSON_OPTIONS = {
     "newton-minibatch": ("min_eigenvalue", "modification", "curvature", "noise_ratio_hess",
                          "overflow_prob"),
 }
-_CUBIC_OPTIONS = ("mu", "radius", "max_inner_steps")
+_CUBIC_OPTIONS = ("mu", "radius", "max_inner_steps", "neighbouring")
 DEFAULT_CUBIC_RADIUS = 10.0
 
 
@@ -359,6 +359,8 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
                 strong_convexity=consts.strong_convexity, radius=radius)
   if options.get("max_inner_steps") is not None:
     kwargs["max_inner_steps"] = options["max_inner_steps"]
+  if "neighbouring" in options:
+    kwargs["neighbouring"] = options["neighbouring"]
   transforms.cubic_newton(key=0, **kwargs)  # eager checks.
 
   def one_repeat(key, x, y):

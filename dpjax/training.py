@@ -32,6 +32,7 @@ import numpy as np
 import optax
 
 from dpjax import _common
+from dpjax import _neighbouring
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
 from dpjax import auto as auto_lib
@@ -169,6 +170,13 @@ class FitResult(NamedTuple):
     seed: the explicit ``seed`` the run was given (it reproduces the run bit
       for bit, and anyone who knows it can regenerate the noise), or ``None``:
       the key came from fresh OS entropy and nothing about it was recorded.
+    neighbouring: the neighbouring relation the guarantee holds for, with
+      ``n`` public: ``"zero-out"`` (the default; one row replaced by the null
+      row, which contributes nothing) or ``"replace-one"`` (by any row). The
+      Poisson methods (``"dp-sgd"``, ``"newton-minibatch"``) are accounted
+      for adding or removing one example, which covers zero-out (a null row
+      adds nothing to any sampled sum) but not replace-one; AOP is calibrated
+      for replace-one, which covers both.
 
   ``rho`` is ``None`` for the runs not calibrated in zCDP: the RDP-accounted
   Poisson methods (``accounting == "rdp"``, ``epsilon`` is the calibration
@@ -215,6 +223,7 @@ class FitResult(NamedTuple):
   private: bool = True
   curvature_batch_size: int = 0
   seed: int | None = None
+  neighbouring: str = "zero-out"
 
 
 def _digest(a: np.ndarray) -> str:
@@ -310,6 +319,7 @@ def fit(
     curvature_batch_size: int | None = None,
     loss_options: dict | None = None,
     epsilon_budget: float | None = None,
+    neighbouring: str = "zero-out",
     **algorithm_options: Any,
 ) -> FitResult:
   """Runs a private algorithm ``repeats`` times in one compiled call.
@@ -377,6 +387,15 @@ def fit(
   delta) curve of mu-GDP is exact (Balle & Wang 2018), so it is the tightest
   valid conversion. The other methods (``"cks"``, ...) are valid for any
   zCDP mechanism and give a smaller rho for the same epsilon.
+
+  **Neighbouring relation.** ``n`` is public (every mean divides by it) and
+  neighbours differ in one row: ``neighbouring="zero-out"`` (the default)
+  replaces it by the null row (``x = 0``: zero gradient, zero curvature),
+  ``"replace-one"`` by any other row. Each transform calibrates its noise to
+  the relation (:mod:`dpjax._neighbouring`; e.g. the gradient noise doubles,
+  the curvature matrix's grows by ``sqrt(2)``, the trace's does not change);
+  the result's ``neighbouring`` records it. The streaming methods take both;
+  the Poisson methods only zero-out (see :class:`FitResult`).
 
   **Budget enforcement** (:mod:`dpjax.budget`). A plan whose epsilon at
   ``delta`` (``epsilon``, or ``rho`` converted) exceeds ``epsilon_budget``
@@ -481,6 +500,8 @@ def fit(
       (:func:`dpjax.losses.get_loss`, e.g. ``{"regularization": 1e-3}``).
     epsilon_budget: an optional cap (> 0) on the run's epsilon at ``delta``;
       see **Budget enforcement**.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"``; see
+      **Neighbouring relation**.
     **algorithm_options: forwarded to the transform factory.
 
   Returns:
@@ -515,6 +536,7 @@ def fit(
   loss = _validate.choice(loss, "loss",
                           tuple(dict.fromkeys(streaming.LOSSES + drivers.losses_lib.LOSSES)))
   seed = _check_seed(seed)
+  neighbouring = _check_neighbouring(algorithm, neighbouring)
   if epsilon_budget is not None:
     _check_plan_budget(data, epsilon=epsilon, rho=rho, delta=delta, method=accounting,
                        epsilon_budget=epsilon_budget)
@@ -523,7 +545,8 @@ def fit(
       seed=seed, accounting=accounting, init=init, guard_radius=guard_radius,
       timing_runs=timing_runs, average=average, batch_size=batch_size, loss=loss,
       curvature_batch_size=curvature_batch_size, loss_options=loss_options,
-      algorithm_options=algorithm_options), epsilon_budget)
+      algorithm_options=algorithm_options, neighbouring=neighbouring)._replace(
+          neighbouring=neighbouring), epsilon_budget)
   if _noise_disabled(algorithm_options, "fit"):
     result = result._replace(private=False)
   return result
@@ -541,6 +564,25 @@ def _noise_disabled(options: dict, what: str) -> bool:
              "differentially private (the result says private=False). Use it in tests only.",
              stacklevel=3)
   return True
+
+
+def _check_neighbouring(algorithm: str, neighbouring: Any) -> str:
+  """``neighbouring``, validated for ``algorithm`` (before any work)."""
+  neighbouring = _neighbouring.check(neighbouring)
+  if neighbouring == "replace-one" and algorithm in drivers.POISSON_ALGORITHMS:
+    raise ValueError(
+        f"neighbouring='replace-one' is not offered for the Poisson-subsampled {algorithm!r}: "
+        "its Renyi-DP accounting is for adding or removing one example, which covers "
+        "zero-out but not replace-one. Pass neighbouring='zero-out', or use a full-batch "
+        f"method ({', '.join(ALGORITHMS)}) or a streaming one for replace-one.")
+  return neighbouring
+
+
+def _relation_options(algorithm: str, neighbouring: str, options: dict) -> dict:
+  """``options`` plus the transform's ``neighbouring`` where it is not its default."""
+  if neighbouring == "zero-out" or algorithm == "aop":  # AOP: calibrated for replace-one.
+    return options
+  return {**options, "neighbouring": neighbouring}
 
 
 def _check_plan_budget(data, *, epsilon, rho, delta, method, epsilon_budget) -> None:
@@ -563,8 +605,10 @@ def _checked(result: FitResult, epsilon_budget: float | None) -> FitResult:
 
 def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting, init,
          guard_radius, timing_runs, average, batch_size, loss, curvature_batch_size,
-         loss_options, algorithm_options) -> FitResult:
+         loss_options, algorithm_options, neighbouring="zero-out") -> FitResult:
   """``fit`` after its name checks: dispatches to the driver, streaming or scan path."""
+  if algorithm != AUTO:  # auto: added to the options it chooses.
+    algorithm_options = _relation_options(algorithm, neighbouring, algorithm_options)
   if algorithm in DRIVER_ALGORITHMS or (
       algorithm in drivers.GENERAL_LOSS_ALGORITHMS and loss in drivers.losses_lib.LOSSES
       and loss != "logistic"):
@@ -596,7 +640,9 @@ def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounti
     choice = _auto_choice(n, d, level, accounting)
     plan = _plan(data, choice.algorithm, steps=choice.steps, repeats=repeats, seed=seed,
                  init=init, guard_radius=guard_radius, timing_runs=timing_runs,
-                 average=choice.average, options=choice.options, reason=choice.reason)
+                 average=choice.average,
+                 options=_relation_options(choice.algorithm, neighbouring, choice.options),
+                 reason=choice.reason)
   else:
     plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
                  guard_radius=guard_radius, timing_runs=timing_runs, average=average,
@@ -713,6 +759,7 @@ def fit_levels(
     guard_radius: float = DEFAULT_GUARD_RADIUS,
     timing_runs: int = 1,
     average: str | None = None,
+    neighbouring: str = "zero-out",
     **algorithm_options: Any,
 ) -> list[FitResult]:
   """:func:`fit` at several privacy levels in one compiled program.
@@ -747,7 +794,7 @@ def fit_levels(
 
   Args:
     data, algorithm, steps, repeats, seed, init, guard_radius, timing_runs,
-      **algorithm_options: as in :func:`fit`.
+      neighbouring, **algorithm_options: as in :func:`fit`.
     epsilons: target epsilons (each > 0), or
     rhos: total zCDP budgets (each > 0); exactly one of the two, non-empty.
     delta: in (0, 1); default ``1 / n**2``, shared by all levels.
@@ -777,12 +824,13 @@ def fit_levels(
   """
   algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS + (AUTO,))
   seed = _check_seed(seed)
+  neighbouring = _check_neighbouring(algorithm, neighbouring)
   if algorithm == AUTO:
     n, d = _auto_shape(data, steps, average, algorithm_options)
   else:
     plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
                  guard_radius=guard_radius, timing_runs=timing_runs, average=average,
-                 options=algorithm_options)
+                 options=_relation_options(algorithm, neighbouring, algorithm_options))
     n = plan.n
   if (epsilons is None) == (rhos is None):
     raise ValueError(
@@ -827,7 +875,8 @@ def fit_levels(
     groups = [
         (_plan(data, c.algorithm, steps=c.steps, repeats=repeats, seed=seed, init=init,
                guard_radius=guard_radius, timing_runs=timing_runs, average=c.average,
-               options=c.options, reason=c.reason), idx)
+               options=_relation_options(c.algorithm, neighbouring, c.options),
+               reason=c.reason), idx)
         for c, idx in by_choice.values()
     ]
   for group_plan, idx in groups:
@@ -843,7 +892,7 @@ def fit_levels(
     for i, res in zip(idx, _execute(
         group_plan, [levels[i] for i in idx], batched=True, key=key,
         level_keys=None if level_keys is None else [level_keys[i] for i in idx])):
-      results[i] = res
+      results[i] = res._replace(neighbouring=neighbouring)
   if _noise_disabled(algorithm_options, "fit_levels"):
     results = [r._replace(private=False) for r in results]
   return results

@@ -311,3 +311,50 @@ def test_bad_names_steps_and_bound(small):
     baselines.aop(x2, y, epsilon=1.0, key=0)
   _, info = baselines.aop(x2, y, epsilon=1.0, key=0, row_norm_bound=math.sqrt(2.0) + 1e-6)
   assert info["smoothness"] == pytest.approx(0.5, rel=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# Neighbouring relations: zero-out (default) and replace-one.
+# ----------------------------------------------------------------------------
+
+
+def test_replace_one_noise_of_the_iterative_baselines():
+  n, rho_t = 3000, 0.02
+  for lip in (1.0, math.sqrt(2.0)):
+    sg, sh = baselines.damped_newton_noise(n, rho_t, row_norm_bound=lip)
+    sg2, sh2 = baselines.damped_newton_noise(n, rho_t, row_norm_bound=lip,
+                                             neighbouring="replace-one")
+    assert sg2 == 2 * sg  # two gradients differ by <= 2L
+    assert sh2 == pytest.approx(math.sqrt(2) * sh, rel=1e-15)  # two PSD terms: sqrt(2), not 2
+  w = jnp.zeros(3)
+  for factory in (baselines.damped_newton_private, baselines.damped_newton):
+    z = factory(n=n, rho=0.1, steps=5, key=0).init(w)
+    r = factory(n=n, rho=0.1, steps=5, key=0, neighbouring="replace-one").init(w)
+    assert float(r.grad_noise_std) == 2 * float(z.grad_noise_std)
+    assert float(r.hessian_noise_std) == pytest.approx(
+        math.sqrt(2) * float(z.hessian_noise_std), rel=1e-6)
+  z = baselines.dp_gd_oracle(n=n, rho=0.1, steps=5, key=0).init(w)
+  r = baselines.dp_gd_oracle(n=n, rho=0.1, steps=5, key=0, neighbouring="replace-one").init(w)
+  assert float(r.noise_std) == 2 * float(z.noise_std)
+  for factory in (baselines.damped_newton_private, baselines.damped_newton,
+                  baselines.dp_gd_oracle):
+    with pytest.raises(ValueError, match="neighbouring must be one of"):
+      factory(n=n, rho=0.1, steps=5, key=0, neighbouring="add-remove")
+
+
+def test_replace_one_hessian_change_is_within_the_stated_frobenius_sensitivity():
+  """Swapping a unit row at margin 0 for one on an orthogonal direction moves the mean
+  Hessian by sqrt(2) L^2 / (4n) in Frobenius norm: the replace-one sensitivity, attained."""
+  n, rho_t, d = 16, 0.02, 3
+  x, y = data.synthetic(4, n=n, d=d)
+  xa, xb = np.array(x), np.array(x)
+  xa[0], xb[0] = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0)
+  w = jnp.zeros(d)
+  h = [np.asarray(glm.logistic_grad_and_curvature(w, jnp.asarray(v), y)[2], np.float64)
+       for v in (xa, xb)]
+  change = np.linalg.norm(h[0] - h[1])
+  rho_h = 0.3 * rho_t
+  stated = {rel: baselines.damped_newton_noise(n, rho_t, neighbouring=rel)[1]
+            * math.sqrt(2 * rho_h) for rel in ("zero-out", "replace-one")}
+  assert change == pytest.approx(stated["replace-one"], rel=1e-5)
+  assert change > 1.4 * stated["zero-out"]

@@ -18,7 +18,7 @@ _JSON_FIELDS = {
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
     "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
     "curvature_evaluations", "options", "auto_reason", "batch_size", "loss", "private",
-    "curvature_batch_size", "seed",
+    "curvature_batch_size", "seed", "neighbouring",
 }
 
 
@@ -330,3 +330,26 @@ def test_fit_plot_without_matplotlib_fails_before_therun_cli(tmp_path, capsys, m
                     "--steps", "2", "--plot", str(tmp_path / "loss.png")], capsys)
   assert code == 2 and "pip install 'dpjax[plot]'" in err
   assert list(tmp_path.iterdir()) == []
+
+
+def test_fit_neighbouring_flag(tmp_path, capsys):
+  out = tmp_path / "r1.json"
+  argv = ["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "2",
+          "--seed", "4", "--json", str(out)]
+  assert cli.main(argv) == 0
+  assert "neighbours]" not in capsys.readouterr().out
+  assert json.loads(out.read_text())["neighbouring"] == "zero-out"  # the default, recorded
+  assert cli.main(argv + ["--neighbouring", "replace-one"]) == 0
+  assert "dp-gd [replace-one neighbours] on synthetic" in capsys.readouterr().out
+  record = json.loads(out.read_text())
+  assert record["neighbouring"] == "replace-one"
+  assert record["options"] == {"neighbouring": "replace-one"}
+  res = fit_lib.fit(data.synthetic(0), "dp-gd", epsilon=1.0, steps=2, seed=4,
+                    neighbouring="replace-one")
+  assert record["excess_losses"] == res.excess_losses.tolist()
+  code, err = run_cli(argv + ["--neighbouring", "add-remove"], capsys)
+  assert code == 2 and "argument --neighbouring: invalid choice: 'add-remove'" in err
+  code, err = run_cli(["fit", "--data", "synthetic", "--algorithm", "dp-sgd", "--epsilon", "1",
+                       "--steps", "2", "--batch-size", "500", "--neighbouring", "replace-one"],
+                      capsys)
+  assert code == 2 and "neighbouring='replace-one' is not offered for the Poisson" in err

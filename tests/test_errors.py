@@ -467,6 +467,27 @@ def _unknown_option(tmp, raises):
     _fit(algorithm="precond-gd", learning_rat=1.0)  # a misspelt option
 
 
+def _unknown_neighbouring(tmp, raises):
+  with raises():
+    _fit(neighbouring="add-remove")
+  with raises():
+    training.fit_levels(DS, "dp-gd", epsilons=[1.0], steps=2, neighbouring="add-remove")
+  with raises():
+    _fit(algorithm="otb", steps=None, batch_size=10, neighbouring="add-remove")
+  with raises():
+    _dp_gd(neighbouring="add-remove")
+  with raises():
+    transforms.dp_newton(n=N, rho=0.1, steps=2, key=0, neighbouring="add-remove")
+
+
+def _replace_one_poisson(tmp, raises):
+  with raises():
+    _fit(algorithm="dp-sgd", batch_size=10, neighbouring="replace-one")
+  with raises():
+    _fit(algorithm="newton-minibatch", batch_size=10, min_eigenvalue=0.1,
+         neighbouring="replace-one")
+
+
 def _clip_min_eigenvalue_too_small(tmp, raises):
   for algorithm in ("hess-clip", "qu-clip"):  # L1/n = 0.25/50 = 0.005
     with raises():
@@ -600,6 +621,8 @@ CASES: dict[str, Callable] = {
     "unknown-loss": _unknown_loss,
     "unknown-accounting": _unknown_accounting,
     "unknown-option": _unknown_option,
+    "unknown-neighbouring": _unknown_neighbouring,
+    "replace-one-poisson": _replace_one_poisson,
     "clip-min-eigenvalue-too-small": _clip_min_eigenvalue_too_small,
     "libsvm-bad-label": _libsvm_bad_label,
     "libsvm-nonfinite-label": _libsvm_nonfinite_label,
@@ -741,7 +764,8 @@ def _fake_fit_result(**fields):
               seconds_run=0.0, guard_resets=np.zeros(1, np.int64), average="none",
               final_excess_losses=np.array([0.1]), gradient_evaluations=2,
               curvature_evaluations=0, options={}, auto_reason="", batch_size=0,
-              loss="logistic", private=True, curvature_batch_size=0, seed=None)
+              loss="logistic", private=True, curvature_batch_size=0, seed=None,
+              neighbouring="zero-out")
   base.update(fields)
   return types.SimpleNamespace(**base)
 

@@ -487,3 +487,78 @@ def test_precond_gd_beats_dp_gd_at_the_same_budget():
   pre = fit_lib.fit((x, y), "precond-gd", **kw)
   gd = fit_lib.fit((x, y), "dp-gd", average="last-half", **kw)
   assert pre.excess_loss_mean < 0.5 * gd.excess_loss_mean
+
+
+# ----------------------------------------------------------------------------
+# Neighbouring relations: zero-out (default) and replace-one.
+# ----------------------------------------------------------------------------
+
+
+def _std(state, name):
+  return float(np.ravel(optax.tree.get(state, name))[0])
+
+
+@pytest.mark.parametrize("algorithm, factors", [
+    ("dp-gd", {"noise_std": 2.0}),
+    ("precond-gd", {"noise_std": 2.0, "curvature_noise_std": math.sqrt(2)}),
+    ("hess-clip", {"grad_noise_std": 2.0, "trace_noise_std": 1.0}),
+])
+def test_fit_records_the_relation_and_calibrates_to_it(algorithm, factors, small):
+  kw = dict(epsilon=1.0, steps=2, seed=3)
+  default = fit_lib.fit(small, algorithm, **kw)
+  replace = fit_lib.fit(small, algorithm, neighbouring="replace-one", **kw)
+  assert default.neighbouring == "zero-out" and "neighbouring" not in default.options
+  assert replace.neighbouring == "replace-one"
+  assert replace.options == {"neighbouring": "replace-one"}
+  for name, factor in factors.items():
+    assert _std(replace.opt_state, name) == pytest.approx(
+        factor * _std(default.opt_state, name), rel=1e-6)
+  assert replace.rho == default.rho and replace.epsilon == default.epsilon
+
+
+def test_fit_levels_and_auto_pass_the_relation(small):
+  levels = fit_lib.fit_levels(small, "dp-gd", epsilons=[1.0, 4.0], steps=2,
+                              neighbouring="replace-one")
+  plain = fit_lib.fit_levels(small, "dp-gd", epsilons=[1.0, 4.0], steps=2)
+  assert [r.neighbouring for r in levels] == ["replace-one"] * 2
+  assert [r.neighbouring for r in plain] == ["zero-out"] * 2
+  for r, p in zip(levels, plain):
+    assert _std(r.opt_state, "noise_std") == pytest.approx(2 * _std(p.opt_state, "noise_std"),
+                                                           rel=1e-6)
+  auto = fit_lib.fit(small, "auto", epsilon=1.0, neighbouring="replace-one")
+  assert auto.neighbouring == "replace-one" and auto.options["neighbouring"] == "replace-one"
+
+
+@pytest.mark.parametrize("algorithm, kw", [
+    ("otb", dict(batch_size=40)),
+    ("cubic-newton", dict(steps=1, mu=0.1, radius=2.0, max_inner_steps=5)),
+    ("damped-newton-private", dict(steps=1)),
+    ("hess-add", dict(steps=1, loss="pseudo_huber", min_eigenvalue=0.1)),
+])
+def test_other_paths_take_the_relation(algorithm, kw, small):
+  res = fit_lib.fit(small, algorithm, epsilon=1.0, neighbouring="replace-one", **kw)
+  assert res.neighbouring == "replace-one" and res.options["neighbouring"] == "replace-one"
+
+
+def test_aop_and_poisson_relations(small):
+  # AOP is calibrated for replace-one, which covers zero-out: both are accepted, same noise.
+  res = fit_lib.fit(small, "aop", epsilon=1.0, neighbouring="replace-one", seed=2)
+  assert res.neighbouring == "replace-one" and "neighbouring" not in res.options
+  np.testing.assert_array_equal(res.params, fit_lib.fit(small, "aop", epsilon=1.0, seed=2).params)
+  # The Poisson methods are accounted for add/remove: zero-out only.
+  assert fit_lib.fit(small, "dp-sgd", epsilon=1.0, steps=1, batch_size=40).neighbouring == \
+      "zero-out"
+  for algorithm, extra in (("dp-sgd", {}), ("newton-minibatch", {"min_eigenvalue": 0.1})):
+    with pytest.raises(ValueError, match="neighbouring='replace-one' is not offered for the "
+                                         "Poisson-subsampled"):
+      fit_lib.fit(small, algorithm, epsilon=1.0, steps=1, batch_size=40,
+                  neighbouring="replace-one", **extra)
+
+
+@pytest.mark.parametrize("bad, error", [("add-remove", ValueError), ("Replace-One", ValueError),
+                                        (None, TypeError), (2, TypeError)])
+def test_bad_neighbouring_raises_eagerly(bad, error, small):
+  with pytest.raises(error, match="neighbouring must be one of"):
+    fit_lib.fit(small, "dp-gd", epsilon=1.0, steps=1, neighbouring=bad)
+  with pytest.raises(error, match="neighbouring must be one of"):
+    fit_lib.fit_levels(small, "dp-gd", epsilons=[1.0], steps=1, neighbouring=bad)
