@@ -21,6 +21,7 @@ import optax
 import numpy as np
 
 from dpjax import _validate
+from dpjax import leaks
 
 
 def positive_scalar(value: Any, name: str) -> Any:
@@ -171,6 +172,22 @@ def check_flag(value: Any, name: str) -> bool:
   if not isinstance(value, (bool, np.bool_)):
     raise TypeError(f"{name} must be True or False, got {type(value).__name__}.")
   return bool(value)
+
+
+def exact_noise(unsafe_float_noise: Any, name: str) -> bool:
+  """Validates a transform's ``unsafe_float_noise`` flag; True means the exact sampler.
+
+  The opt-out (``unsafe_float_noise=True``) draws ``jax.random.normal`` noise in
+  floating point, which is not private (:mod:`dpjax.noise`), so it issues
+  :class:`dpjax.PrivacyLeakWarning` when the transform is built.
+  """
+  unsafe = check_flag(unsafe_float_noise, "unsafe_float_noise")
+  if unsafe:
+    leaks.warn(
+        f"{name}: unsafe_float_noise=True draws floating-point Gaussian noise, whose "
+        "rounding leaks the private value (Mironov 2012); the output is NOT private. "
+        "Use it only to measure the cost of the exact sampler.", stacklevel=3)
+  return not unsafe
 
 
 def check_vector(v: Any, name: str, d: int | None = None) -> jax.Array:

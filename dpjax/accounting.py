@@ -261,15 +261,21 @@ def _check_state(state: Any) -> None:
     )
 
 
-def charge(state: AccountantState, rho: Any) -> AccountantState:
+def charge(state: AccountantState, rho: Any, *, slack: Any = 0.0) -> AccountantState:
   """Composes a rho-zCDP mechanism: returns ``state`` with ``rho`` added.
 
   zCDP composes additively (Bun & Steinke 2016, Lemma 2.3). The sum is an
   error-free (TwoSum) triple-word addition: the only rounding is at the level
   of the third word, ~2^-72 of the total per charge for float32, so 1e5
   charges of a non-representable amount stay within ~1e-15 of the exact
-  float64 total (plain float32 drifts by ~1e-4). The RDP curve and the
-  truncation slack are left unchanged.
+  float64 total (plain float32 drifts by ~1e-4). The RDP curve is left
+  unchanged.
+
+  ``slack`` is the mechanism's total-variation distance from the exact
+  Gaussian mechanism whose rho is charged: :func:`dpjax.noise.tv_slack` of
+  the released value, for the floating-point-safe sampler. It is added to
+  the state's TV slack (the ``truncation`` field) rounded towards +inf, and
+  :func:`epsilon_spent` pays ``(1 + e^eps)`` times it from delta.
 
   Args:
     state: the accountant (possibly batched under ``vmap``).
@@ -279,6 +285,7 @@ def charge(state: AccountantState, rho: Any) -> AccountantState:
       has zero lower words. Concrete charges are validated eagerly. Close over
       host-side amounts rather than passing them as ``jit`` arguments: a jit
       argument arrives as a float32 tracer, already rounded.
+    slack: the TV slack of this charge, ``>= 0`` (default 0).
 
   Returns:
     The new ``AccountantState``.
@@ -304,7 +311,22 @@ def charge(state: AccountantState, rho: Any) -> AccountantState:
   checked = _check_charge(rho, "rho", ((), shape),
                           f"be a scalar or have the accountant's shape {shape}")
   r0, r1, r2 = _add3((state.rho, state.rho_lo, state.rho_lo2), _split_words(checked, dtype))
-  return state._replace(rho=r0, rho_lo=r1, rho_lo2=r2)
+  state = state._replace(rho=r0, rho_lo=r1, rho_lo2=r2)
+  if isinstance(slack, (int, float)) and not isinstance(slack, bool) and slack == 0:
+    return state
+  return _add_slack(state, _check_charge(slack, "slack", ((), shape),
+                                         f"be a scalar or have the accountant's shape {shape}"))
+
+
+def _add_slack(state: AccountantState, trunc: Any) -> AccountantState:
+  """``state.truncation + trunc``, rounded towards +inf (a slack is never understated)."""
+  if not isinstance(trunc, jax.Array) and np.any(trunc > 1.0):
+    raise ValueError(f"a TV slack must be a probability in [0, 1], got {trunc!r}.")
+  dtype = np.dtype(state.rho.dtype)
+  b = _round_up_words(trunc, dtype)
+  s, err = _two_sum(state.truncation, b)
+  s = jnp.where(err > 0, jnp.nextafter(s, jnp.asarray(jnp.inf, dtype)), s)
+  return state._replace(truncation=s)
 
 
 def _round_up_words(x: Any, dtype: np.dtype) -> Any:
@@ -377,10 +399,7 @@ def charge_rdp(state: AccountantState, rdp: Any, truncation: Any = 0.0) -> Accou
   if not isinstance(trunc, jax.Array) and np.any(trunc > 1.0):
     raise ValueError(f"truncation must be a probability in [0, 1], got {truncation!r}.")
   r0, r1, r2 = _add3((state.rdp, state.rdp_lo, state.rdp_lo2), _split_words(checked, dtype))
-  b = _round_up_words(trunc, dtype)
-  s, err = _two_sum(state.truncation, b)
-  s = jnp.where(err > 0, jnp.nextafter(s, jnp.asarray(jnp.inf, dtype)), s)  # round up
-  return state._replace(rdp=r0, rdp_lo=r1, rdp_lo2=r2, truncation=s)
+  return _add_slack(state._replace(rdp=r0, rdp_lo=r1, rdp_lo2=r2), trunc)
 
 
 def _concrete_words(state: AccountantState, fields: tuple[str, ...], fn: str) -> list[np.ndarray]:
@@ -460,8 +479,13 @@ def epsilon_spent(
 ) -> float | np.ndarray:
   """The (epsilon, delta) guarantee of everything charged to ``state`` so far.
 
-  Nothing charged by :func:`charge_rdp` (zero RDP curve and truncation):
-  ``zcdp_to_epsilon(spent_rho(state), delta, method)``, as always.
+  Nothing charged by :func:`charge_rdp` (zero RDP curve):
+  ``zcdp_to_epsilon(spent_rho(state), delta', method)`` with ``delta' = delta -
+  (1 + e^eps) T``, the smallest such eps, for the TV slack ``T`` that the
+  floating-point-safe noise charges (:func:`dpjax.noise.tv_slack`, about
+  ``1e-28`` per noise coordinate): a mechanism within TV ``T`` of an (eps,
+  delta')-DP one is (eps, delta' + (1 + e^eps) T)-DP. Any ``method`` applies,
+  since the exact mechanisms are Gaussian (see :mod:`dpjax.noise`).
 
   Otherwise the zCDP total becomes the RDP curve ``alpha * rho`` (Bun &
   Steinke 2016, Prop. 1.4 read backwards: rho-zCDP is exactly RDP
@@ -514,8 +538,8 @@ def epsilon_spent(
   out = np.empty(rho.shape, np.float64)
   for idx in np.ndindex(rho.shape):
     curve, slack = rdp[idx], float(trunc[idx])
-    if not np.any(curve > 0) and slack == 0.0:
-      out[idx] = zcdp_to_epsilon(float(rho[idx]), delta, method)
+    if not np.any(curve > 0):
+      out[idx] = _zcdp_epsilon_with_slack(float(rho[idx]), delta, method, slack)
       continue
     if method != "cks":
       raise ValueError(
@@ -1208,6 +1232,29 @@ def _cks_grid_epsilon(orders: np.ndarray, curve: np.ndarray, log_delta: float) -
   a, r = orders[ok], curve[ok]
   eps = r + np.log1p(-1.0 / a) - (log_delta + np.log(a)) / (a - 1.0)
   return max(0.0, float(np.min(eps)))
+
+
+def _zcdp_epsilon_with_slack(rho: float, delta: float, method: str, slack: float) -> float:
+  """Smallest eps with ``delta_method(eps; rho) + (1 + e^eps) slack <= delta``.
+
+  ``slack == 0`` is :func:`zcdp_to_epsilon` itself. Otherwise the map
+  ``eps -> zcdp_to_epsilon(rho, delta - (1 + e^eps) slack)`` is nondecreasing
+  and its least fixed point is reached from below by iterating from
+  ``delta - 2 slack`` (TV composition: a mechanism within TV ``slack`` of an
+  (eps, delta')-DP one is (eps, delta' + (1 + e^eps) slack)-DP).
+  """
+  if slack == 0.0:
+    return zcdp_to_epsilon(rho, delta, method)
+  eps = None
+  for _ in range(100):
+    tv = slack * (1.0 + (1.0 if eps is None else math.exp(min(eps, 700.0))))
+    if tv >= delta:
+      return math.inf
+    nxt = zcdp_to_epsilon(rho, delta - tv, method)
+    if eps is not None and nxt <= eps:
+      return eps
+    eps = nxt
+  return eps  # pragma: no cover - the iteration converges in a few steps.
 
 
 def _rdp_epsilon(orders: np.ndarray, curve: np.ndarray, log_delta: float,

@@ -55,6 +55,7 @@ from jax import lax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
+from dpjax import noise
 from dpjax import data as data_lib
 from dpjax import glm
 from dpjax import spectral
@@ -73,7 +74,6 @@ __all__ = [
     "damped_newton_private",
     "dp_gd_oracle",
     "run_baseline",
-    "symmetric_gaussian_noise",
 ]
 
 BASELINES = ("aop", "damped-newton", "damped-newton-private", "dp-gd-oracle")
@@ -410,7 +410,7 @@ def damped_newton_noise(
   ``sigma_g = (L/n) / sqrt(2 rho_g)`` (each example's gradient has norm
   ``<= L``) and ``sigma_H = (L^2/(4n)) / sqrt(2 rho_H)``: one example moves the
   mean Hessian by ``c(z) x x^T / n`` of Frobenius norm ``<= L^2/(4n)``, and the
-  symmetrised noise of :func:`symmetric_gaussian_noise` is exactly
+  symmetrised noise of :func:`dpjax.noise.add_gaussian_symmetric` is exactly
   ``||D||_F^2 / (2 sigma_H^2)``-zCDP for a change ``D``.
 
   Examples:
@@ -427,27 +427,6 @@ def damped_newton_noise(
   rho_h = rho_t - rho_g
   return (accounting.gaussian_sigma(lip / n, rho_g),
           accounting.gaussian_sigma(lip * lip / (4.0 * n), rho_h))
-
-
-def symmetric_gaussian_noise(key: jax.Array, d: int, sigma: Any, dtype: Any = jnp.float32
-                             ) -> jax.Array:
-  """``(E + E^T) / 2`` with ``E_ij ~ N(0, sigma^2)`` i.i.d. (spec 2.4).
-
-  The diagonal has std ``sigma`` and each off-diagonal pair std ``sigma/sqrt(2)``,
-  independent over ``i <= j``. For a symmetric change ``D`` of the released
-  matrix the privacy loss is then ``sum_i D_ii^2/(2 sigma^2) + sum_{i<j}
-  D_ij^2 / sigma^2 = ||D||_F^2 / (2 sigma^2)``: the Gaussian mechanism with
-  Frobenius sensitivity.
-
-  Examples:
-    >>> import jax
-    >>> from dpjax import baselines
-    >>> e = baselines.symmetric_gaussian_noise(jax.random.key(0), 3, 1.0)
-    >>> bool((e == e.T).all())
-    True
-  """
-  e = jax.random.normal(key, (d, d), dtype) * jnp.asarray(sigma, dtype)
-  return 0.5 * (e + e.T)
 
 
 class DampedNewtonState(NamedTuple):
@@ -475,6 +454,7 @@ def _damped_newton(*, n, rho, steps, rho_per_step, grad_frac, min_eigenvalue, st
   lam = _validate.positive_float(min_eigenvalue, "min_eigenvalue")
   sigma_g, sigma_h = damped_newton_noise(n, rho_step, grad_frac=grad_frac,
                                          row_norm_bound=row_norm_bound)
+  lip = float(row_norm_bound)
   key = _common.canonical_key(key)
   on = 0.0 if _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing") else 1.0
 
@@ -505,10 +485,12 @@ def _damped_newton(*, n, rho, steps, rho_per_step, grad_frac, min_eigenvalue, st
     ok = _common.gate(state.count, steps, name)
     new_key, k_g, k_h = jax.random.split(state.key, 3)
     # Gradient: sensitivity L/n, budget grad_frac * rho_t.
-    g_noisy = g + (on * sigma_g) * jax.random.normal(k_g, (d,), dt)
+    g_noisy = noise.add_gaussian(k_g, g, sensitivity=lip / n, noise_std=on * sigma_g)
     # Hessian: Frobenius sensitivity L^2/(4n), budget (1 - grad_frac) * rho_t.
-    h_noisy = h + symmetric_gaussian_noise(k_h, d, on * sigma_h, dt)
-    acc = accounting.charge(state.accountant, rho_step)  # Where both noises are drawn.
+    h_noisy = noise.add_gaussian_symmetric(k_h, h, sensitivity=lip * lip / (4.0 * n),
+                                           noise_std=on * sigma_h)
+    acc = accounting.charge(state.accountant, rho_step,  # Where both noises are drawn.
+                            slack=on * (noise.tv_slack(g) + noise.tv_slack(h)))
     direction = spectral.modified_solve(h_noisy, g_noisy, lam, "clip")
     if step_size == "oracle":  # NOT private: reads the noise-free g and H.
       beta = jnp.linalg.norm(spectral.modified_solve(h, g, lam, "clip"))
@@ -548,7 +530,7 @@ def damped_newton(
   the noise-free mean gradient ``g`` and Hessian ``H`` and returns
   ``-eta H~^{-1} g~`` with ``g~ = g + N(0, sigma_g^2 I)``,
   ``H~ = eigclip(H + (E + E^T)/2, min_eigenvalue)`` (:func:`damped_newton_noise`,
-  :func:`symmetric_gaussian_noise`) and the paper's step size
+  :func:`dpjax.noise.add_gaussian_symmetric`) and the paper's step size
   ``eta = min(1, log(1 + beta) / beta)``, ``beta = ||H^{-1} g||`` computed from
   the NOISE-FREE ``g`` and ``H`` (``H`` eigen-clipped at the same floor, so
   singular Hessians are handled). That step size is a data-dependent choice
@@ -762,8 +744,8 @@ def dp_gd_oracle(
     dt = g.dtype
     ok = _common.gate(state.count, steps, "dp_gd_oracle")
     new_key, k_g = jax.random.split(state.key)
-    g_noisy = g + (on * sigma) * jax.random.normal(k_g, g.shape, dt)
-    acc = accounting.charge(state.accountant, rho_step)
+    g_noisy = noise.add_gaussian(k_g, g, sensitivity=lip / n, noise_std=on * sigma)
+    acc = accounting.charge(state.accountant, rho_step, slack=on * noise.tv_slack(g))
     loss0 = glm.logistic_loss(w, x, y)
     slope = armijo * jnp.vdot(g_noisy, g)
 

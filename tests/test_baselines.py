@@ -149,22 +149,6 @@ def test_damped_newton_noise_scales():
   assert float(state.hessian_noise_std) == pytest.approx(sh, rel=1e-6)
 
 
-def test_symmetric_hessian_noise_statistics():
-  d, sigma, k = 6, 2.0, 600
-  e = jax.vmap(lambda kk: baselines.symmetric_gaussian_noise(kk, d, sigma))(
-      jax.random.split(jax.random.key(11), k))
-  e = np.asarray(e, np.float64)
-  assert np.array_equal(e, np.swapaxes(e, 1, 2))
-  iu = np.triu_indices(d, 1)
-  assert abs(scale_z(np.diagonal(e, axis1=1, axis2=2), sigma**2)) < Z_MAX
-  assert abs(scale_z(e[:, iu[0], iu[1]], sigma**2 / 2)) < Z_MAX
-  assert abs(scale_z(e[:, iu[0], iu[1]], sigma**2)) > Z_MAX  # the test can fail
-  # Off-diagonal entries are uncorrelated with each other and with the diagonal.
-  flat = np.concatenate([np.diagonal(e, axis1=1, axis2=2), e[:, iu[0], iu[1]]], axis=1)
-  corr = np.corrcoef(flat.T) - np.eye(flat.shape[1])
-  assert np.max(np.abs(corr)) < 5 / math.sqrt(k)
-
-
 def test_damped_newton_gradient_noise_scale():
   # With H = c I for a large c the step is -(g~ + O(sigma_H/c)) / c: read g~ back.
   n, d, c = 500, 4, 1e4

@@ -12,7 +12,7 @@ import optax
 import pytest
 
 from conftest import maybe_jit
-from dpjax import accounting, data, glm
+from dpjax import accounting, data, glm, noise
 from dpjax.transforms import (
     DPCubicNewtonState,
     cubic_newton,
@@ -149,14 +149,16 @@ def test_matches_algorithm_2_with_explicit_weights(jit, x64):
   _, solver_key = jax.random.split(state.key)
   sigma, l2 = float(state.noise_std), CONSTS["hessian_lipschitz"]
   g, h, theta0 = np.asarray(g), np.asarray(h), np.asarray(w0)
-  noises = np.asarray(jax.jit(jax.vmap(
-      lambda i: jax.random.normal(jax.random.fold_in(solver_key, i), (d,), jnp.float64)))(
-          jnp.arange(steps_run)))
+  sens = cubic_solver_calibration(n=n, rho_per_step=0.5, d=d, radius=RADIUS,
+                                  lipschitz=CONSTS["lipschitz"], smoothness=CONSTS["smoothness"],
+                                  hessian_lipschitz=CONSTS["hessian_lipschitz"]).sensitivity
   theta, thetas = theta0.copy(), []
-  for i, noise in enumerate(noises):
+  for i in range(steps_run):
     delta = theta - theta0
     grad = g + h @ delta + 0.5 * l2 * np.linalg.norm(delta) * delta
-    theta = theta - 2 / (MU * (i + 2)) * (grad + sigma * noise)
+    noisy = np.asarray(noise.add_gaussian(jax.random.fold_in(solver_key, i), jnp.asarray(grad),
+                                          sensitivity=sens, noise_std=sigma))
+    theta = theta - 2 / (MU * (i + 2)) * noisy
     off = theta - center
     theta = center + off * min(1.0, RADIUS / np.linalg.norm(off))
     thetas.append(theta)

@@ -82,6 +82,7 @@ from jax import lax
 
 from dpjax import _validate
 from dpjax import accounting
+from dpjax import noise
 from dpjax import _common
 
 __all__ = [
@@ -301,6 +302,7 @@ def cubic_newton(
     max_inner_steps: int | None = None,
     key: int | jax.Array,
     disable_noise_for_testing: bool = False,
+    unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """Private cubic-regularised Newton (Algorithms 1-2 of Ganesh et al. 2023; spec 3).
 
@@ -414,6 +416,8 @@ def cubic_newton(
     max_inner_steps = _validate.positive_int(max_inner_steps, "max_inner_steps")
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  exact = _common.exact_noise(unsafe_float_noise, "cubic_newton")
+  slack = exact and not no_noise
   noise_on = 0.0 if no_noise else 1.0
 
   @functools.lru_cache(maxsize=None)
@@ -456,14 +460,16 @@ def cubic_newton(
           "pass a larger radius (the constants L0, L1 must hold on the whole ball)."
       )
 
-  @functools.partial(jax.jit, static_argnums=6)
-  def _solve(g, h, w, c, sigma, solver_key, run):
+  @functools.partial(jax.jit, static_argnums=5)
+  def _solve(g, h, w, c, solver_key, run):
     """DPSolver (Algorithm 2) from theta_0 = Proj_W(w): returns the weighted average.
 
     Jitted once per transform (cached on shapes, dtypes and ``run``), so eager
     updates do not retrace the loop; inside an outer ``jit`` it is inlined.
     """
     dt, d = g.dtype, g.shape[0]
+    cal = plan(d)[0]
+    sigma, sens = noise_on * cal.noise_std, cal.sensitivity  # public, host floats
     half_l2 = jnp.asarray(0.5 * l2, dt)
     theta0 = _project(w, c, radius)
 
@@ -471,9 +477,12 @@ def cubic_newton(
       theta, avg = carry
       delta = theta - theta0
       grad = g + h @ delta + half_l2 * jnp.linalg.norm(delta) * delta
-      noise = jax.random.normal(jax.random.fold_in(solver_key, i), (d,), dt)
+      # The Gaussian mechanism on g + H (theta - theta_0) (sensitivity Delta);
+      # the cubic term depends on theta only.
+      noisy = noise.add_gaussian(jax.random.fold_in(solver_key, i), grad, sensitivity=sens,
+                                 noise_std=sigma, exact=exact)
       eta = 2.0 / (mu * (i + 2).astype(dt))
-      theta = _project(theta - eta * (grad + sigma * noise), c, radius)
+      theta = _project(theta - eta * noisy, c, radius)
       # Running mean, weights k = i + 1: a_k = a_{k-1} + 2/(k+1) (theta_k - a_{k-1}).
       avg = avg + (2.0 / (i + 2).astype(dt)) * (theta - avg)
       return theta, avg
@@ -526,10 +535,10 @@ def cubic_newton(
     c = jnp.asarray(c_host, dt)
     w = params.astype(dt)
     new_key, solver_key = jax.random.split(state.key)
-    sigma = jnp.asarray(noise_on * cal.noise_std, dt)
-    w_next = _solve(g, h, w, c, sigma, solver_key, run)
+    w_next = _solve(g, h, w, c, solver_key, run)
     out = jnp.where(ok, w_next - w, jnp.zeros_like(g))
-    charged = accounting.charge(state.accountant, spent)  # Where the noise is drawn.
+    charged = accounting.charge(state.accountant, spent,  # Where the noise is drawn.
+                                slack=run * noise.tv_slack(g) if slack else 0.0)
     new_state = DPCubicNewtonState(
         **_common.gated(ok, state, charged),
         key=new_key,

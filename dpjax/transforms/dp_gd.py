@@ -27,6 +27,7 @@ import optax
 
 from dpjax import _validate
 from dpjax import accounting
+from dpjax import noise
 from dpjax import _common
 
 __all__ = ["DPGDState", "dp_gd"]
@@ -57,6 +58,7 @@ def dp_gd(
     grad_norm_bound: float = 1.0,
     key: int | jax.Array,
     disable_noise_for_testing: bool = False,
+    unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """Full-batch DP gradient descent (``spec-newton.md`` section 2.1).
 
@@ -95,6 +97,10 @@ def dp_gd(
     key: int seed or typed PRNG key (``jax.random.key``); required.
     disable_noise_for_testing: if True, adds no noise and the output is NOT
       private (the accountant is still charged). For tests only.
+    unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
+      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      private (Mironov 2012); for measuring what exactness costs. Issues
+      :class:`dpjax.PrivacyLeakWarning`.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs`` whose state is a
@@ -127,9 +133,11 @@ def dp_gd(
   grad_norm_bound = _validate.positive_float(grad_norm_bound, "grad_norm_bound")
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  exact = _common.exact_noise(unsafe_float_noise, "dp_gd")
 
   # The one place where the DP-GD noise scale is derived (spec 2.1).
-  sigma = accounting.gaussian_sigma(grad_norm_bound / n, rho_step)
+  sensitivity = grad_norm_bound / n
+  sigma = accounting.gaussian_sigma(sensitivity, rho_step)
   used_sigma = 0.0 if no_noise else sigma
 
   def init_fn(params: jax.Array) -> DPGDState:
@@ -149,10 +157,11 @@ def dp_gd(
     g = _common.check_vector(updates, "updates")
     ok = _common.gate(state.count, steps, "dp_gd")
     new_key, noise_key = jax.random.split(state.key)
-    noise = jax.random.normal(noise_key, g.shape, g.dtype)
-    noisy = g + jnp.asarray(used_sigma, g.dtype) * noise
+    noisy = noise.add_gaussian(noise_key, g, sensitivity=sensitivity, noise_std=used_sigma,
+                               exact=exact)
     out = jnp.where(ok, -learning_rate * noisy, jnp.zeros_like(g))
-    charged = accounting.charge(state.accountant, rho_step)  # Where the noise is drawn.
+    charged = accounting.charge(state.accountant, rho_step,  # Where the noise is drawn.
+                                slack=noise.tv_slack(g) if exact and not no_noise else 0.0)
     new_state = DPGDState(
         **_common.gated(ok, state, charged),
         key=new_key,

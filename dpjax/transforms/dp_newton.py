@@ -73,6 +73,7 @@ import optax
 
 from dpjax import _validate
 from dpjax import accounting
+from dpjax import noise
 from dpjax import glm
 from dpjax import per_example
 from dpjax import spectral
@@ -360,6 +361,7 @@ def dp_newton(
     curvature_norm: str = "frobenius",
     key: int | jax.Array,
     disable_noise_for_testing: bool = False,
+    unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """Double-noise Newton (Algorithm 3; spec 4.2 fixed, 4.3 adaptive lambda, 4.6 general losses).
 
@@ -486,18 +488,23 @@ def dp_newton(
       )
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  exact = _common.exact_noise(unsafe_float_noise, "dp_newton")
+  slack = noise.tv_per_coordinate() if exact and not no_noise else 0.0  # TV per coordinate
 
   # The one place where the Newton noise scales are derived (spec 4.2, 4.3).
   budget = newton_budget(rho_step, grad_frac=grad_frac, trace_frac=trace_frac, adaptive=adaptive)
-  sigma_grad = accounting.gaussian_sigma(grad_norm_bound / n, budget.rho_grad)
+  sens_grad = grad_norm_bound / n
+  sigma_grad = accounting.gaussian_sigma(sens_grad, budget.rho_grad)
+
+  def sens_trace(d: int) -> float:
+    return trace_sensitivity(n=n, d=d, curvature_norm_bound=curvature_norm_bound,
+                             curvature_structure=curvature_structure,
+                             curvature_norm=curvature_norm)
 
   def sigma_trace(d: int) -> float:  # The trace query's std (spec 4.3, 4.6).
     if not adaptive:
       return 0.0
-    sens = trace_sensitivity(n=n, d=d, curvature_norm_bound=curvature_norm_bound,
-                             curvature_structure=curvature_structure,
-                             curvature_norm=curvature_norm)
-    return accounting.gaussian_sigma(sens, budget.rho_trace)
+    return accounting.gaussian_sigma(sens_trace(d), budget.rho_trace)
 
   floor = _FLOOR_FACTOR * lip
   noise_on = 0.0 if no_noise else 1.0
@@ -536,14 +543,16 @@ def dp_newton(
     acc = state.accountant
 
     # 1. Noisy gradient: sensitivity L0/n, budget rho_grad.
-    g_noisy = g + (noise_on * sigma_grad) * jax.random.normal(k_grad, (d,), dt)
-    acc = accounting.charge(acc, budget.rho_grad)
+    g_noisy = noise.add_gaussian(k_grad, g, sensitivity=sens_grad,
+                                 noise_std=noise_on * sigma_grad, exact=exact)
+    acc = accounting.charge(acc, budget.rho_grad, slack=slack * d)
 
     # 2. Minimum eigenvalue: fixed, or from the noisy trace (sensitivity L1/n;
     #    sqrt(d) L1/n or d L1/n for general, trace_sensitivity).
     if adaptive:
-      trace = jnp.trace(h) + (noise_on * sigma_trace(d)) * jax.random.normal(k_trace, (), dt)
-      acc = accounting.charge(acc, budget.rho_trace)
+      trace = noise.add_gaussian(k_trace, jnp.trace(h), sensitivity=sens_trace(d),
+                                 noise_std=noise_on * sigma_trace(d), exact=exact)
+      acc = accounting.charge(acc, budget.rho_trace, slack=slack)
       lam = adaptive_min_eigenvalue(
           trace, n=n, rho_direction=budget.rho_direction, trace_coeff=trace_coeff, floor=floor
       )
@@ -554,14 +563,17 @@ def dp_newton(
       unit_std = accounting.gaussian_sigma(sens, budget.rho_direction)
     else:
       lam = jnp.asarray(fixed_lam, dt)
+      sens = jnp.asarray(fixed_sens, dt)
       unit_std = jnp.asarray(fixed_unit_std, dt)
 
     # 3. Noisy direction: sensitivity ||g~|| s(lam), budget rho_direction
     #    (s = L1 / (n lam^2) for general add).
     direction = spectral.modified_solve(h, g_noisy, lam, modification)
-    dir_std = noise_on * jnp.linalg.norm(g_noisy) * unit_std
-    noisy_direction = direction + dir_std * jax.random.normal(k_dir, (d,), dt)
-    acc = accounting.charge(acc, budget.rho_direction)
+    g_norm = jnp.linalg.norm(g_noisy)
+    noisy_direction = noise.add_gaussian(
+        k_dir, direction, sensitivity=g_norm * sens, noise_std=noise_on * g_norm * unit_std,
+        exact=exact)
+    acc = accounting.charge(acc, budget.rho_direction, slack=slack * d)
 
     out = jnp.where(ok, -noisy_direction, jnp.zeros_like(g))
     new_state = DPNewtonState(
@@ -570,7 +582,8 @@ def dp_newton(
         min_eigenvalue=jnp.where(ok, lam.astype(dt), state.min_eigenvalue),
         grad_noise_std=state.grad_noise_std,
         trace_noise_std=state.trace_noise_std,
-        direction_noise_std=jnp.where(ok, dir_std.astype(dt), state.direction_noise_std),
+        direction_noise_std=jnp.where(ok, (noise_on * g_norm * unit_std).astype(dt),
+                                      state.direction_noise_std),
     )
     return out, new_state
 

@@ -74,6 +74,7 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
+from dpjax import noise
 from dpjax import glm
 from dpjax import minibatch
 from dpjax import sampling
@@ -375,6 +376,7 @@ def dp_newton_minibatch(
     curvature_cap: int | None = None,
     overflow_prob: float = 1e-15,
     disable_noise_for_testing: bool = False,
+    unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """Minibatch double-noise Newton for logistic regression (spec 4.5).
 
@@ -506,6 +508,8 @@ def dp_newton_minibatch(
   )
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  exact = _common.exact_noise(unsafe_float_noise, "dp_newton_minibatch")
+  slack = noise.tv_per_coordinate() if exact and not no_noise else 0.0
   noise_on = 0.0 if no_noise else 1.0
   grad_std = noise_on * z_g * grad_norm_bound / b_g  # std of g~'s noise, per coordinate.
   unit_dir_std = noise_on * sens * z_h  # direction std per unit ||g~||.
@@ -553,13 +557,18 @@ def dp_newton_minibatch(
         curvature_batch_size=b_h, grad_norm_bound=grad_norm_bound, curvature=curvature,
     )
     # 1. Noisy gradient: the clipped sum (sensitivity C) + N(0, z_g^2 C^2), over B_g.
-    g_noisy = g + jnp.asarray(grad_std, dt) * jax.random.normal(k_ng, (d,), dt)
+    g_noisy = noise.add_gaussian(k_ng, g, sensitivity=grad_norm_bound / b_g,
+                                 noise_std=grad_std, exact=exact)
     # 2. Noisy direction: sensitivity ||g~|| s given g~, std z_H times it.
     direction = spectral.modified_solve(h, g_noisy, jnp.asarray(lam, dt), modification)
-    dir_std = jnp.linalg.norm(g_noisy) * jnp.asarray(unit_dir_std, dt)
-    noisy_direction = direction + dir_std * jax.random.normal(k_nd, (d,), dt)
-    # Both subsampled Gaussians and both samples' truncation slack, this step.
-    acc = accounting.charge_rdp(state.accountant, rdp_step, truncation=truncation_step)
+    g_norm = jnp.linalg.norm(g_noisy)
+    dir_std = g_norm * jnp.asarray(unit_dir_std, dt)
+    noisy_direction = noise.add_gaussian(k_nd, direction, sensitivity=g_norm * sens,
+                                         noise_std=dir_std, exact=exact)
+    # Both subsampled Gaussians, both samples' truncation slack and the exact
+    # sampler's TV slack (2d coordinates), this step.
+    acc = accounting.charge_rdp(state.accountant, rdp_step,
+                                truncation=truncation_step + 2 * d * slack)
 
     out = jnp.where(ok, -noisy_direction, jnp.zeros_like(w))
     new_state = DPNewtonMinibatchState(

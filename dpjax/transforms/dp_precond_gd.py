@@ -54,6 +54,7 @@ import optax
 
 from dpjax import _validate
 from dpjax import accounting
+from dpjax import noise
 from dpjax import _common
 
 __all__ = [
@@ -214,6 +215,7 @@ def dp_precond_gd(
     refresh_every: int | None = None,
     key: int | jax.Array,
     disable_noise_for_testing: bool = False,
+    unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """Noisy-curvature-preconditioned DP-GD (issue 5; research note section 6).
 
@@ -333,10 +335,12 @@ def dp_precond_gd(
   curvature_norm_bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  exact = _common.exact_noise(unsafe_float_noise, _NAME)
 
   # The one place where the PDPGD noise scales are derived.
-  sigma_grad = accounting.gaussian_sigma(grad_norm_bound / n, budget.rho_step)
-  sigma_curv = accounting.gaussian_sigma(curvature_norm_bound / n, budget.rho_release)
+  sens_grad, sens_curv = grad_norm_bound / n, curvature_norm_bound / n
+  sigma_grad = accounting.gaussian_sigma(sens_grad, budget.rho_step)
+  sigma_curv = accounting.gaussian_sigma(sens_curv, budget.rho_release)
   noise_on = 0.0 if no_noise else 1.0
 
   def check_dim(v: jax.Array, name: str) -> None:
@@ -421,9 +425,8 @@ def dp_precond_gd(
         # materialises H + sigma_H Z once: inside a fusion XLA may recompute an
         # element for (i, j) and (j, i) with different roundings (FMA or not),
         # which left the release a few ulp off symmetric.
-        z = jax.random.normal(k_curv, (dim, dim), dt)
-        a = jax.lax.optimization_barrier(h + jnp.asarray(noise_on * sigma_curv, dt) * z)
-        noisy = 0.5 * (a + a.T)  # exactly symmetric: a_ij + a_ji == a_ji + a_ij.
+        noisy = noise.add_gaussian_symmetric(  # exactly symmetric.
+            k_curv, h, sensitivity=sens_curv, noise_std=noise_on * sigma_curv, exact=exact)
         f = jnp.asarray(floor, dt)
         # Post-processing: P from the released matrix and public constants only.
         return noisy, clipped_inverse(noisy, f), f
@@ -432,17 +435,20 @@ def dp_precond_gd(
         return released, precond, last_floor
 
       released, precond, last_floor = jax.lax.cond(do_release, release, keep, None)
-      charged = accounting.charge(acc, budget.rho_release)  # Where H~ is drawn.
+      charged = accounting.charge(acc, budget.rho_release,  # Where H~ is drawn.
+                                  slack=noise_on * noise.tv_slack(h) if exact else 0.0)
       acc = _common.select(do_release, charged, acc)
       releases = jnp.where(do_release, optax.safe_increment(releases), releases)
       missing = jnp.zeros((), bool)
       step_ok = ok
 
     # Noisy gradient: sensitivity L0/n, budget rho_g; P and eta are post-processing.
-    noisy_g = g + jnp.asarray(noise_on * sigma_grad, dt) * jax.random.normal(k_grad, (dim,), dt)
+    noisy_g = noise.add_gaussian(k_grad, g, sensitivity=sens_grad,
+                                 noise_std=noise_on * sigma_grad, exact=exact)
     out = -learning_rate * (precond @ noisy_g)
     out = jnp.where(step_ok, out, jnp.zeros_like(g))
-    charged = accounting.charge(acc, budget.rho_step)  # Where the gradient noise is drawn.
+    charged = accounting.charge(acc, budget.rho_step,  # Where the gradient noise is drawn.
+                                slack=noise_on * noise.tv_slack(g) if exact else 0.0)
     acc = _common.select(step_ok, charged, acc)
     new_state = DPPrecondGDState(
         count=jnp.where(step_ok, optax.safe_increment(state.count), state.count),

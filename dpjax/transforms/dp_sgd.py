@@ -46,6 +46,7 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
+from dpjax import noise
 from dpjax import minibatch
 from dpjax import sampling
 
@@ -147,15 +148,6 @@ def _check_data(data: Any, *, glm: bool, loss: str | None, n: int) -> Any:
   return data
 
 
-def _add_noise(tree: Any, key: jax.Array, std: Any) -> Any:
-  """``tree + std * N(0, I)``, one key per leaf (the same draws on both paths for a vector)."""
-  leaves, treedef = jax.tree.flatten(tree)
-  keys = [key] if len(leaves) == 1 else jax.random.split(key, len(leaves))
-  return jax.tree.unflatten(treedef, [
-      leaf + jnp.asarray(std, leaf.dtype) * jax.random.normal(k, leaf.shape, leaf.dtype)
-      for k, leaf in zip(keys, leaves)])
-
-
 def dp_sgd(
     *,
     n: int,
@@ -173,6 +165,7 @@ def dp_sgd(
     overflow_prob: float = 1e-15,
     key: int | jax.Array,
     disable_noise_for_testing: bool = False,
+    unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """DP-SGD with Poisson subsampling and an RDP accountant (``spec-newton.md`` 2.2).
 
@@ -268,6 +261,8 @@ def dp_sgd(
   clip_norm = _validate.positive_float(clip_norm, "clip_norm")
   learning_rate = _resolve_learning_rate(learning_rate, loss)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  exact = _common.exact_noise(unsafe_float_noise, "dp_sgd")
+  slack = exact and not no_noise
   sampler = sampling.poisson_sampler(
       n, sampling_rate=sampling_rate, batch_size=batch_size, cap=cap, overflow_prob=overflow_prob)
   z = _resolve_noise_multiplier(noise_multiplier, epsilon, delta, steps, n, sampler)
@@ -308,11 +303,13 @@ def dp_sgd(
     batch = jax.tree.map(lambda leaf: jnp.take(leaf, idx, axis=0), data)
     total = minibatch.clipped_sum(params, batch, bound=clip_norm, loss=loss, loss_fn=loss_fn,
                                   mask=mask)
-    noisy = _add_noise(total, noise_key, sum_std)  # Where the noise is drawn: charged below.
+    noisy = noise.add_gaussian(noise_key, total, sensitivity=clip_norm, noise_std=sum_std,
+                               exact=exact)  # Where the noise is drawn: charged below.
     out = jax.tree.map(
         lambda g: jnp.where(ok, (-learning_rate / expected_size) * g, jnp.zeros_like(g)), noisy)
-    charged = accounting.charge_rdp(state.accountant, rdp_step,
-                                    truncation=sampler.overflow_prob)
+    charged = accounting.charge_rdp(  # + the exact sampler's TV slack.
+        state.accountant, rdp_step,
+        truncation=sampler.overflow_prob + (noise.tv_slack(total) if slack else 0.0))
     new_state = DPSGDState(
         **_common.gated(ok, state, charged),
         key=new_key,

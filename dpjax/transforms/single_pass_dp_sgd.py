@@ -28,6 +28,7 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
+from dpjax import noise
 from dpjax import minibatch
 
 __all__ = ["SinglePassDPSGDState", "single_pass_dp_sgd"]
@@ -56,6 +57,7 @@ def single_pass_dp_sgd(
     key: int | jax.Array,
     neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
+    unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """Single-pass DP-SGD: ``update(None, state, params, *, batch)`` returns ``theta_{t+1} - params``.
 
@@ -98,8 +100,11 @@ def single_pass_dp_sgd(
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
   # The one place the noise scale is derived: the sum's sensitivity C (2C for replace-one).
-  sigma = accounting.gaussian_sigma(minibatch.sensitivity_factor(neighbouring) * clip_norm, rho)
+  sensitivity = minibatch.sensitivity_factor(neighbouring) * clip_norm
+  sigma = accounting.gaussian_sigma(sensitivity, rho)
   used_sigma = 0.0 if no_noise else sigma
+  exact = _common.exact_noise(unsafe_float_noise, "single_pass_dp_sgd")
+  slack = 1.0 if exact and not no_noise else 0.0
 
   def init_fn(params):
     return SinglePassDPSGDState(
@@ -119,20 +124,19 @@ def single_pass_dp_sgd(
     ok = _common.gate(state.count, steps, "single_pass_dp_sgd")
     new_key, noise_key = jax.random.split(state.key)
     s = minibatch.clipped_sum(params, batch, bound=clip_norm, loss=loss, loss_fn=loss_fn)
-    leaves, treedef = jax.tree.flatten(s)
-    keys = jax.random.split(noise_key, len(leaves))
-    noisy = jax.tree.unflatten(treedef, [
-        leaf + jnp.asarray(used_sigma, leaf.dtype) * jax.random.normal(k, leaf.shape, leaf.dtype)
-        for k, leaf in zip(keys, leaves)])
+    noisy = noise.add_gaussian(noise_key, s, sensitivity=sensitivity, noise_std=used_sigma,
+                               exact=exact)
     new = jax.tree.map(lambda p, g: p - (learning_rate / batch_size) * g, params, noisy)
     if projection is not None:
       new = projection(new)
     step = jax.tree.map(lambda n, p: jnp.where(ok, n - p, jnp.zeros_like(p)), new, params)
     first = jnp.logical_and(ok, state.count == 0)  # one charge: every example is used once.
+    acc = _common.select(first, accounting.charge(state.accountant, rho), state.accountant)
+    # The exact sampler's TV slack is per release: every step's.
+    acc = _common.select(ok, accounting.charge(acc, 0.0, slack=slack * noise.tv_slack(s)), acc)
     return step, SinglePassDPSGDState(
         count=jnp.where(ok, optax.safe_increment(state.count), state.count), key=new_key,
-        accountant=_common.select(first, accounting.charge(state.accountant, rho),
-                                  state.accountant),
+        accountant=acc,
         noise_std=state.noise_std,
         budget_exhausted=jnp.logical_or(state.budget_exhausted, jnp.logical_not(ok)))
 
