@@ -40,6 +40,7 @@ from dpjax import data as data_lib
 from dpjax import drivers
 from dpjax import glm
 from dpjax import solve
+from dpjax import standardize as standardize_lib
 from dpjax import streaming
 from dpjax import transforms
 from dpjax.transforms import averaging
@@ -162,6 +163,10 @@ class FitResult(NamedTuple):
       data without noise; their ``epsilon`` then only describes the noise.
     curvature_batch_size: the expected curvature sample of
       ``"newton-minibatch"``; 0 otherwise.
+    standardization: with ``fit(..., standardize=...)``, the released
+      :class:`dpjax.standardize.Standardization` (its ``rho`` is included in
+      ``rho``, ``epsilon`` and ``rho_spent``; apply it to test rows with its
+      ``transform``); else ``None``.
 
   ``rho`` is ``None`` for the runs not calibrated in zCDP: the RDP-accounted
   Poisson methods (``accounting == "rdp"``, ``epsilon`` is the calibration
@@ -207,6 +212,7 @@ class FitResult(NamedTuple):
   loss: str = "logistic"
   private: bool = True
   curvature_batch_size: int = 0
+  standardization: Any = None
 
 
 def _digest(a: np.ndarray) -> str:
@@ -305,6 +311,7 @@ def fit(
     curvature_batch_size: int | None = None,
     loss_options: dict | None = None,
     epsilon_budget: float | None = None,
+    standardize: standardize_lib.PrivateStandardizer | None = None,
     **algorithm_options: Any,
 ) -> FitResult:
   """Runs a private algorithm ``repeats`` times in one compiled call.
@@ -381,6 +388,19 @@ def fit(
   raises it too, and so does any repeat whose accountant reports more than
   ``epsilon`` (or the cap): a cut-short or overspent run never returns.
 
+  **Private standardization** (:mod:`dpjax.standardize`). With
+  ``standardize=PrivateStandardizer(bounds=..., budget_share=s)`` the data is
+  raw features (e.g. ``load_libsvm(path, preprocess="none")``; the row-norm
+  contract is then checked after the standardization). The total budget
+  (``epsilon`` or ``rho`` at ``delta``) is resolved first; ``s * rho`` releases
+  the DP column means and standard deviations (public ``bounds``, values
+  clipped to them), each row is standardized with them and scaled into the
+  unit ball on its own, and the algorithm runs on those rows with the
+  remaining ``(1 - s) * rho``. Released once per call, shared by all
+  repeats. The result's ``rho``, ``epsilon`` and ``rho_spent`` are the
+  pipeline's totals and ``standardization`` holds the release. Only the
+  zCDP-accounted full-batch ``ALGORITHMS`` and ``"auto"`` take it.
+
   **Run.** Per-repeat keys are ``jax.random.split(jax.random.key(seed),
   repeats)``; each is split into an init key and the transform's key, so
   repeats are independent and the whole result is reproducible from
@@ -451,6 +471,8 @@ def fit(
       (:func:`dpjax.losses.get_loss`, e.g. ``{"regularization": 1e-3}``).
     epsilon_budget: an optional cap (> 0) on the run's epsilon at ``delta``;
       see **Budget enforcement**.
+    standardize: a :class:`dpjax.standardize.PrivateStandardizer`, or None;
+      see **Private standardization**.
     **algorithm_options: forwarded to the transform factory.
 
   Returns:
@@ -477,6 +499,7 @@ def fit(
     >>> bool(res.excess_loss_mean < res.losses[0, 0] - res.loss_star)
     True
   """
+  arguments = dict(locals())  # for standardize=: the same call on the standardized rows.
   # --- Eager validation: nothing below compiles or runs before it passes.
   algorithm = _validate.choice(algorithm, "algorithm",
                                ALGORITHMS + STREAMING_ALGORITHMS + DRIVER_ALGORITHMS + (AUTO,))
@@ -485,6 +508,8 @@ def fit(
   if epsilon_budget is not None:
     _check_plan_budget(data, epsilon=epsilon, rho=rho, delta=delta, method=accounting,
                        epsilon_budget=epsilon_budget)
+  if standardize is not None:  # a private standardization first, charged to the same total
+    return standardize_lib.run_fit(fit, arguments, algorithms=ALGORITHMS + (AUTO,))
   return _checked(_fit(
       data, algorithm, epsilon=epsilon, rho=rho, delta=delta, steps=steps, repeats=repeats,
       seed=seed, accounting=accounting, init=init, guard_radius=guard_radius,
