@@ -58,8 +58,9 @@ and ``sqrt(d) ulp(n / 4)`` to ``Delta_2`` (a relative ``~1e-11`` at ``n =
 **Post-processing** (free: it reads only the release and public values). With
 the release ``T1, T2``: ``m = clip(T1 / n, -1/2, 1/2)``, ``q = clip(T2 / n, 0,
 1/4)`` and ``v = q - m^2``, then ``v`` is clipped to ``[v_min, 1/4 - m^2]``
-(Bhatia & Davis 2000: a variable in an interval of width 1 with mean ``m`` has
-variance at most ``(1/2 - m)(1/2 + m)``), except that the floor ``v_min``
+(Bhatia & Davis 2000, "A better bound on the variance": a variable in an
+interval of width 1 with mean ``m`` has variance at most ``(1/2 - m)(1/2 +
+m)``), except that the floor ``v_min``
 wins. The floor is public: ``(min_std_j / w_j)^2`` for a given ``min_std``,
 else ``s2 / n``, one noise standard deviation of the released second moment
 (below it the variance estimate is noise). The released statistics are
@@ -69,9 +70,13 @@ else ``s2 / n``, one noise standard deviation of the released second moment
 the release and public constants: ``z_i = (clip(x_i, l, h) - mean) / std``,
 then :func:`dpjax.data.scale_rows` (``[1, z_i / max(B, ||z_i||)] / sqrt(2)``),
 so the rows meet the contract ``||x_i|| <= 1`` after standardization and a
-neighbouring pair of inputs stays a neighbouring pair (the null row stays
-null). A fit on the transformed rows is therefore an adaptive composition: the
-standardization's ``rho`` plus the fit's, under the same relation.
+neighbouring pair of inputs stays a neighbouring pair: a replaced row maps to
+a replaced row, and the null row stays null (it is a marker, not the raw
+vector 0: it adds nothing to ``S1`` and ``S2`` here and becomes the
+optimizer's null row, the zero vector, intercept included, whose gradient and
+curvature are 0). A fit on the transformed rows is therefore an adaptive
+composition (Bun & Steinke 2016, Lemma 2.3): the standardization's ``rho``
+plus the fit's, under the same relation.
 
 Examples:
   >>> import numpy as np
@@ -91,7 +96,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from typing import Any, Callable, NamedTuple
 
 import jax
