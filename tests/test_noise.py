@@ -133,7 +133,7 @@ def test_plan_refuses_what_the_sampler_cannot_do():
   with pytest.raises(ValueError, match="more integer resolution"):
     noise.plan(1.0, 1e-6, 10**6)
   with pytest.raises(ValueError, match="noise_std must be in"):
-    noise.plan(1e-40, 1.0, 1)
+    noise.plan(1e-30, 1.0, 1)
 
 
 def test_in_graph_plan_is_at_least_as_noisy_and_private():

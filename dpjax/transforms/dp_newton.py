@@ -563,16 +563,17 @@ def dp_newton(
       unit_std = accounting.gaussian_sigma(sens, budget.rho_direction)
     else:
       lam = jnp.asarray(fixed_lam, dt)
-      sens = jnp.asarray(fixed_sens, dt)
-      unit_std = jnp.asarray(fixed_unit_std, dt)
+      sens, unit_std = fixed_sens, fixed_unit_std  # public host floats: a host-planned release
 
     # 3. Noisy direction: sensitivity ||g~|| s(lam), budget rho_direction
     #    (s = L1 / (n lam^2) for general add).
     direction = spectral.modified_solve(h, g_noisy, lam, modification)
+    # Released per unit ||g~|| (public): direction / ||g~|| has sensitivity s(lam),
+    # and scaling the release back by ||g~|| is post-processing.
     g_norm = jnp.linalg.norm(g_noisy)
-    noisy_direction = noise.add_gaussian(
-        k_dir, direction, sensitivity=g_norm * sens, noise_std=noise_on * g_norm * unit_std,
-        exact=exact)
+    unit = jnp.where(g_norm > 0, g_norm, 1.0)
+    noisy_direction = g_norm * noise.add_gaussian(
+        k_dir, direction / unit, sensitivity=sens, noise_std=noise_on * unit_std, exact=exact)
     acc = accounting.charge(acc, budget.rho_direction, slack=slack * d)
 
     out = jnp.where(ok, -noisy_direction, jnp.zeros_like(g))
@@ -582,7 +583,7 @@ def dp_newton(
         min_eigenvalue=jnp.where(ok, lam.astype(dt), state.min_eigenvalue),
         grad_noise_std=state.grad_noise_std,
         trace_noise_std=state.trace_noise_std,
-        direction_noise_std=jnp.where(ok, (noise_on * g_norm * unit_std).astype(dt),
+        direction_noise_std=jnp.where(ok, (noise_on * g_norm * jnp.asarray(unit_std, dt)).astype(dt),
                                       state.direction_noise_std),
     )
     return out, new_state
