@@ -3,10 +3,13 @@
 Subcommands:
 
 * ``fit``: one private training run (:func:`dpjax.fit`) on a LIBSVM file
-  (paper preprocessing, ``dpjax.data.load_libsvm``) or on the built-in
-  ``synthetic`` data; prints a one-line summary, and can write a JSON record
-  (``--json FILE``) and the excess loss against the step as an image
-  (``--plot FILE``, needs matplotlib).
+  (``dpjax.data.load_libsvm``: each row scaled on its own by default;
+  ``--preprocess paper`` is the paper's non-private standardization;
+  ``--standardize LOWER,UPPER`` a private one, :mod:`dpjax.standardize`,
+  charged to the run's budget) or on the built-in ``synthetic`` data; prints
+  a one-line summary, and can write a JSON record (``--json FILE``) and the
+  excess loss against the step as an image (``--plot FILE``, needs
+  matplotlib).
 * ``demo``: no arguments needed. Compares DP-GD with the four double-noise
   Newton variants at eps in {0.1, 1, 10} on the built-in synthetic data and
   prints a table of excess loss (mean +- s.e.) and run time. The data is
@@ -104,10 +107,33 @@ def _load(args: argparse.Namespace):
     return data.synthetic(args.data_seed), f"synthetic(seed={args.data_seed})"
   if not os.path.isfile(args.data):
     raise _UsageError(f"--data {args.data!r}: no such file (pass a LIBSVM file or 'synthetic')")
+  preprocess = {} if args.preprocess is None else {"preprocess": args.preprocess}
+  if args.standardize is not None:  # the private standardization needs the raw features
+    if args.preprocess not in (None, "none"):
+      raise _UsageError(f"--standardize reads the raw features; remove --preprocess "
+                        f"{args.preprocess}")
+    preprocess = {"preprocess": "none"}
   ds = data.load_libsvm(
-      args.data, n_features=args.n_features, positive_label=args.positive_label
+      args.data, n_features=args.n_features, positive_label=args.positive_label, **preprocess
   )
   return ds, os.path.basename(args.data)
+
+
+def _standardizer(args: argparse.Namespace):
+  """``--standardize LOWER,UPPER`` -> a ``dpjax.standardize.PrivateStandardizer`` (or None)."""
+  if args.standardize is None:
+    if args.standardize_share is not None:
+      raise _UsageError("--standardize-share applies with --standardize LOWER,UPPER only")
+    return None
+  from dpjax import standardize
+
+  try:
+    lower, upper = (float(v) for v in args.standardize.split(","))
+  except ValueError:
+    raise _UsageError(f"--standardize {args.standardize!r}: expected LOWER,UPPER, the public "
+                      "bounds of every feature, e.g. --standardize 0,1") from None
+  share = {} if args.standardize_share is None else {"budget_share": args.standardize_share}
+  return standardize.PrivateStandardizer(bounds=(lower, upper), **share)
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -128,7 +154,11 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
   from dpjax import training as fit_lib
 
   bar.update(f"load {args.data if args.data == 'synthetic' else os.path.basename(args.data)}")
+  if args.data == "synthetic" and args.preprocess is not None:
+    raise _UsageError("--preprocess applies to LIBSVM files only, not to --data synthetic")
+  standardizer = _standardizer(args)
   ds, name = _load(args)
+  extra_std = {} if standardizer is None else {"standardize": standardizer}
   options = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
   extra = {}
   if args.curvature_batch_size is not None:
@@ -140,7 +170,7 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
       ds, args.algorithm, epsilon=args.epsilon, rho=args.rho, delta=args.delta,
       steps=args.steps, repeats=args.repeats, seed=args.seed, accounting=args.accounting,
       init=args.init, average=args.average, batch_size=args.batch_size, loss=args.loss,
-      neighbouring=args.neighbouring, **extra, **options,
+      neighbouring=args.neighbouring, **extra, **extra_std, **options,
   )
   if outputs:
     bar.update("write " + ", ".join(os.path.basename(f) for f in outputs))
@@ -157,6 +187,12 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
     label += " [NOT PRIVATE: a non-private baseline]"
   if res.neighbouring != "zero-out":
     label += f" [{res.neighbouring} neighbours]"
+  paper = args.preprocess == "paper" and args.data != "synthetic"
+  if paper:
+    label += " [NOT PRIVATE: paper preprocessing, columns standardized with the data's own stats]"
+  if standardizer is not None:
+    label += (f" + private standardization (rho {res.standardization.rho:.3g} of the total, "
+              f"bounds {args.standardize})")
   rho_text = "n/a" if res.rho is None else f"{res.rho:.6g}"
   print(
       f"{label} on {name} (n={res.n}, d={res.d}): eps={res.epsilon:.4g} "
@@ -170,6 +206,13 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
     for field in _JSON_FIELDS:
       value = getattr(res, field)
       record[field] = value.tolist() if hasattr(value, "tolist") else value
+    if paper:
+      record["private"] = False
+    if standardizer is not None:
+      record["standardization"] = {
+          "rho": res.standardization.rho, "budget_share": standardizer.budget_share,
+          "bounds": [float(v) for v in args.standardize.split(",")],
+          "neighbouring": res.standardization.neighbouring}
     _write_json_atomic(args.json, record)
   if args.plot is not None:
     _common.write_atomic(args.plot,
@@ -357,8 +400,19 @@ def _build_parser() -> argparse.ArgumentParser:
       description="Runs dpjax.fit and prints a one-line summary.",
   )
   fit.add_argument("--data", required=True, metavar="PATH|synthetic",
-                   help="LIBSVM file (plain, .gz or .bz2; paper preprocessing) or 'synthetic' "
-                        "(dpjax.data.synthetic: n=10000, d=100)")
+                   help="LIBSVM file (plain, .gz or .bz2; each row scaled on its own, see "
+                        "--preprocess) or 'synthetic' (dpjax.data.synthetic: n=10000, d=100)")
+  fit.add_argument("--preprocess", choices=("per-row", "paper", "none"), default=None,
+                   help="LIBSVM: per-row (default, private: [1, x/max(1, ||x||)]/sqrt(2)), paper "
+                        "(the paper's column standardization: NOT PRIVATE, for reproducing the "
+                        "paper) or none")
+  fit.add_argument("--standardize", metavar="LOWER,UPPER", default=None,
+                   help="private standardization (dpjax.standardize) of the raw features, with "
+                        "these public bounds for every feature (values are clipped to them); "
+                        "charged to the run's budget (a negative LOWER needs the = form: "
+                        "--standardize=-1,1)")
+  fit.add_argument("--standardize-share", type=float, default=None, dest="standardize_share",
+                   help="--standardize: the share of the budget it spends (default 0.1)")
   fit.add_argument("--algorithm", required=True,
                    choices=ALGORITHMS + STREAMING_ALGORITHMS + DRIVER_ALGORITHMS + (AUTO,),
                    help="the method; 'auto' chooses a full-batch one and its steps and options "

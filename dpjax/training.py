@@ -42,6 +42,7 @@ from dpjax import drivers
 from dpjax import glm
 from dpjax import leaks
 from dpjax import solve
+from dpjax import standardize as standardize_lib
 from dpjax import streaming
 from dpjax import transforms
 from dpjax.transforms import averaging
@@ -177,6 +178,10 @@ class FitResult(NamedTuple):
       for adding or removing one example, which covers zero-out (a null row
       adds nothing to any sampled sum) but not replace-one; AOP is calibrated
       for replace-one, which covers both.
+    standardization: with ``fit(..., standardize=...)``, the released
+      :class:`dpjax.standardize.Standardization` (its ``rho`` is included in
+      ``rho``, ``epsilon`` and ``rho_spent``; apply it to test rows with its
+      ``transform``); else ``None``.
 
   ``rho`` is ``None`` for the runs not calibrated in zCDP: the RDP-accounted
   Poisson methods (``accounting == "rdp"``, ``epsilon`` is the calibration
@@ -224,6 +229,7 @@ class FitResult(NamedTuple):
   curvature_batch_size: int = 0
   seed: int | None = None
   neighbouring: str = "zero-out"
+  standardization: Any = None
 
 
 def _digest(a: np.ndarray) -> str:
@@ -320,6 +326,7 @@ def fit(
     loss_options: dict | None = None,
     epsilon_budget: float | None = None,
     neighbouring: str = "zero-out",
+    standardize: standardize_lib.PrivateStandardizer | None = None,
     **algorithm_options: Any,
 ) -> FitResult:
   """Runs a private algorithm ``repeats`` times in one compiled call.
@@ -420,6 +427,19 @@ def fit(
   seeds below ``2**32`` the key equals ``jax.random.key(seed)``, so results
   made with such seeds before reproduce.
 
+  **Private standardization** (:mod:`dpjax.standardize`). With
+  ``standardize=PrivateStandardizer(bounds=..., budget_share=s)`` the data is
+  raw features (e.g. ``load_libsvm(path, preprocess="none")``; the row-norm
+  contract is then checked after the standardization). The total budget
+  (``epsilon`` or ``rho`` at ``delta``) is resolved first; ``s * rho`` releases
+  the DP column means and standard deviations (public ``bounds``, values
+  clipped to them), each row is standardized with them and scaled into the
+  unit ball on its own, and the algorithm runs on those rows with the
+  remaining ``(1 - s) * rho``. Released once per call, shared by all
+  repeats. The result's ``rho``, ``epsilon`` and ``rho_spent`` are the
+  pipeline's totals and ``standardization`` holds the release. Only the
+  zCDP-accounted full-batch ``ALGORITHMS`` and ``"auto"`` take it.
+
   **Run.** Per-repeat keys are ``jax.random.split(key, repeats)`` of the
   run's key; each is split into an init key and the transform's key, so
   repeats are independent. ``init="zeros"`` starts at 0; ``"random-unit"``
@@ -502,6 +522,8 @@ def fit(
       see **Budget enforcement**.
     neighbouring: ``"zero-out"`` (default) or ``"replace-one"``; see
       **Neighbouring relation**.
+    standardize: a :class:`dpjax.standardize.PrivateStandardizer`, or None;
+      see **Private standardization**.
     **algorithm_options: forwarded to the transform factory.
 
   Returns:
@@ -530,6 +552,7 @@ def fit(
     >>> res.seed is None  # the default: a fresh key from OS entropy, nothing recorded
     True
   """
+  arguments = dict(locals())  # for standardize=: the same call on the standardized rows.
   # --- Eager validation: nothing below compiles or runs before it passes.
   algorithm = _validate.choice(algorithm, "algorithm",
                                ALGORITHMS + STREAMING_ALGORITHMS + DRIVER_ALGORITHMS + (AUTO,))
@@ -540,6 +563,8 @@ def fit(
   if epsilon_budget is not None:
     _check_plan_budget(data, epsilon=epsilon, rho=rho, delta=delta, method=accounting,
                        epsilon_budget=epsilon_budget)
+  if standardize is not None:  # a private standardization first, charged to the same total
+    return standardize_lib.run_fit(fit, arguments, algorithms=ALGORITHMS + (AUTO,))
   result = _checked(_fit(
       data, algorithm, epsilon=epsilon, rho=rho, delta=delta, steps=steps, repeats=repeats,
       seed=seed, accounting=accounting, init=init, guard_radius=guard_radius,

@@ -9,6 +9,7 @@ import pytest
 import scipy.optimize
 from conftest import shared_data_file
 
+import dpjax
 from dpjax import data, solve
 
 
@@ -131,14 +132,16 @@ def test_separable_raises_and_ridge_solves(case):
 
 
 def test_real_a1a_t():
-  ds = data.load_libsvm(shared_data_file("a1a.t.bz2"), n_features=123)
+  with pytest.warns(dpjax.PrivacyLeakWarning):  # the paper's (non-private) preprocessing
+    ds = data.load_libsvm(shared_data_file("a1a.t.bz2"), n_features=123, preprocess="paper")
   w, loss = solve.logistic_optimum(ds.x, ds.y)
   assert np.linalg.norm(_grad(w, ds.x, ds.y)) <= 1e-9
   assert loss == pytest.approx(0.3254823847, abs=1e-9)  # float64-data optimum
 
 
 def test_real_w8a_with_ridge():
-  ds = data.load_libsvm(shared_data_file("w8a.bz2"), n_features=300)
+  with pytest.warns(dpjax.PrivacyLeakWarning):  # the paper's (non-private) preprocessing
+    ds = data.load_libsvm(shared_data_file("w8a.bz2"), n_features=300, preprocess="paper")
   # w8a after the paper preprocessing is quasi-separable (an LP finds v with
   # y_i <x_i, v> >= 0 for all rows, > 0 for 4,245), so it needs a ridge.
   w, loss = solve.logistic_optimum(ds.x, ds.y, ridge=1e-9)
