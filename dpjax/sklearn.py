@@ -118,6 +118,7 @@ from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
 from dpjax import leaks
+from dpjax import _neighbouring
 from dpjax import auto as auto_lib
 from dpjax import budget as budget_lib
 from dpjax import data as data_lib
@@ -519,7 +520,9 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
   ``algorithm="auto"``, :func:`dpjax.auto.choose`: the method, its steps and
   options from ``n``, ``d`` and the budget only). The fit is
   (``epsilon``, ``delta``)-DP with respect to replacing one row of ``(X, y)``
-  by a null row (zero-out neighbours: ``n`` is public), given the public
+  by a null row (``neighbouring="zero-out"``, the default: ``n`` is public) or
+  by any other row (``"replace-one"``: the noise is calibrated for the larger
+  change, see :mod:`dpjax.transforms`), given the public
   inputs ``classes``, ``data_norm`` and a secret ``random_state``; see the
   module docstring for the mapping of rows and labels and the one-vs-rest
   budget split (``rho / K`` per class, by zCDP composition).
@@ -570,6 +573,8 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
       ``[0, 2**64)`` (that seed: refits are identical; anyone who knows it can
       replay the noise, which voids the guarantee) or a
       ``numpy.random.RandomState`` (a 64-bit seed drawn from it).
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"``, the
+      neighbouring relation the fit is private for.
 
   Attributes:
     coef_: ``[1, n_features]`` (``[K, n_features]`` for K > 2 classes) in the
@@ -631,6 +636,7 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
       accounting: str = "gaussian",
       accountant: BudgetAccountant | None = None,
       random_state: int | np.random.RandomState | None = None,
+      neighbouring: str = "zero-out",
   ) -> None:
     self.epsilon = epsilon
     self.delta = delta
@@ -642,6 +648,7 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
     self.accounting = accounting
     self.accountant = accountant
     self.random_state = random_state
+    self.neighbouring = neighbouring
 
   # --- scikit-learn tags -----------------------------------------------------
 
@@ -691,6 +698,7 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
       _validate.positive_int(self.steps, "steps")
     BudgetAccountant.load_default(self.accountant)  # its type
     _check_random_state(self.random_state)
+    _neighbouring.check(self.neighbouring)
     return accounting_lib.resolve_budget(n, epsilon=float(self.epsilon), delta=self.delta,
                                          method=self.accounting)
 
@@ -782,6 +790,7 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
     else:
       algorithm, steps, options, reason = self.algorithm, int(self.steps), {}, ""
       average = training._DEFAULT_AVERAGE.get(algorithm, "none")  # as dpjax.fit
+    options = training._relation_options(algorithm, self.neighbouring, options)
 
     # Everything is checked on the host: charge the accountant (or refuse)
     # before anything is traced, compiled or run.

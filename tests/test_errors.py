@@ -579,6 +579,44 @@ def _libsvm_missing_file(tmp, raises):
     data.load_libsvm(tmp / "no-such-file.svm")
 
 
+def _estimator(**kwargs):
+  from dpjax.sklearn import DPLogisticRegression  # the sklearn extra (part of dev)
+  return DPLogisticRegression(**{"classes": [-1.0, 1.0], **kwargs})
+
+
+def _estimator_labels_outside_classes(tmp, raises):
+  with raises():
+    _estimator(classes=[0, 1]).fit(X, Y)
+
+
+def _estimator_data_norm_none(tmp, raises):
+  with raises():
+    _estimator(data_norm=None).fit(X, Y)
+
+
+def _accountant_over_budget(tmp, raises):
+  from dpjax.sklearn import BudgetAccountant
+  acc = BudgetAccountant(epsilon=1.0, delta=1e-6)
+  with raises():
+    _estimator(epsilon=2.0, delta=1e-6, accountant=acc).fit(X, Y)
+
+
+def _standardize_not_a_standardizer(tmp, raises):
+  with raises():
+    _fit(DS, standardize=(0.0, 1.0))
+
+
+def _standardize_bounds_empty(tmp, raises):
+  with raises():
+    dpjax.standardize.PrivateStandardizer(bounds=(1.0, 1.0))
+
+
+def _standardize_algorithm(tmp, raises):
+  with raises():
+    _fit(DS, "dp-sgd", batch_size=10,
+         standardize=dpjax.standardize.PrivateStandardizer(bounds=(-1.0, 1.0)))
+
+
 CASES: dict[str, Callable] = {
     "nan-or-inf-in-data": _nan_or_inf_in_data,
     "row-norm-above-1": _row_norm_above_1,
@@ -624,6 +662,12 @@ CASES: dict[str, Callable] = {
     "unknown-neighbouring": _unknown_neighbouring,
     "replace-one-poisson": _replace_one_poisson,
     "clip-min-eigenvalue-too-small": _clip_min_eigenvalue_too_small,
+    "estimator-labels-outside-classes": _estimator_labels_outside_classes,
+    "estimator-data-norm-none": _estimator_data_norm_none,
+    "accountant-over-budget": _accountant_over_budget,
+    "standardize-not-a-standardizer": _standardize_not_a_standardizer,
+    "standardize-bounds-empty": _standardize_bounds_empty,
+    "standardize-algorithm": _standardize_algorithm,
     "libsvm-bad-label": _libsvm_bad_label,
     "libsvm-nonfinite-label": _libsvm_nonfinite_label,
     "libsvm-malformed-feature": _libsvm_malformed_feature,

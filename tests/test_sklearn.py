@@ -593,3 +593,18 @@ def test_import_dpjax_without_sklearn():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=REPO_ROOT, timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_neighbouring_replace_one_doubles_the_gradient_noise():
+  """neighbouring="replace-one" reaches the transform: DP-GD's noise std doubles."""
+  x, y = dpjax.synthetic(0, n=300, d=4)
+  x, y = np.asarray(x), np.asarray(y)
+  stds = []
+  for rel in ("zero-out", "replace-one"):
+    clf = DPLogisticRegression(epsilon=1.0, classes=[-1, 1], algorithm="dp-gd", steps=5,
+                               random_state=0, neighbouring=rel).fit(x, y)
+    stds.append(clf)
+  w0, w1 = stds[0].coef_, stds[1].coef_
+  assert not np.array_equal(w0, w1)
+  with pytest.raises(ValueError, match="neighbouring"):
+    DPLogisticRegression(classes=[-1, 1], neighbouring="add-remove").fit(x, y)
