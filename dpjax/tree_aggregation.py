@@ -528,7 +528,8 @@ def prefix_variance(state: TreeState) -> jax.Array:
   ``V_h`` is the nominal variance of level ``h``'s released value (``(c
   D_i)^2``; honaker: its estimate's). The std actually added by each release
   is :func:`dpjax.noise.effective_std`, at most a hair larger (the rounding
-  to the grid is paid for in noise, a few parts in 10^5 for a gradient).
+  to the grid is paid for in noise: ``sigma (1 + sqrt(K) 2^e / D_i)`` for ``K``
+  coordinates on the grid ``2^e``, parts in 10^6 to 10^4 for a gradient).
   """
   levels = jnp.arange(_num_levels(state), dtype=jnp.int32)
   bits = jnp.bitwise_and(jnp.right_shift(state.step, levels), 1).astype(state.variance.dtype)
