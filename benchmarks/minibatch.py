@@ -122,6 +122,7 @@ import jax.numpy as jnp  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import accounting  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import minibatch  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax import noise  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import sampling  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import solve  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import spectral  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -177,15 +178,17 @@ def _excess(w: np.ndarray, x64: np.ndarray, y64: np.ndarray, loss_star: float) -
   return np.mean(np.logaddexp(0.0, -m), axis=0) - loss_star
 
 
-def newton_step(w, key, lam, grad_std, unit_dir_std, x, y, *, sampler, modification=MODIFICATION,
-                curvature=CURVATURE):
+def newton_step(w, key, lam, grad_std, dir_sens, dir_mult, x, y, *, sampler,
+                modification=MODIFICATION, curvature=CURVATURE):
   """One step of :func:`dp_newton_minibatch` (B_g = B_H, C = 1) with TRACED lambda and noise.
 
   Exactly the transform's ``update`` (the same key splits, samples, solve and
   noise; ``tests/test_benchmark_minibatch.py`` checks it against the
   transform): ``lam`` is the lambda used (``lam_c`` for clip),
-  ``grad_std = z_g C / B_g`` and ``unit_dir_std = s z_H`` with
-  ``s = direction_sensitivity(lam, n=B_H)``. Traced scalars let one compiled
+  ``grad_std = z_g C / B_g``, and the direction's sensitivity per unit
+  ``||g~||`` ``dir_sens = s = direction_sensitivity(lam, n=B_H)`` with its
+  multiplier ``dir_mult = z_H`` (std ``s z_H``), both released through
+  :func:`dpjax.noise.add_gaussian` as in the transform. Traced scalars let one compiled
   program cover the whole lambda grid and every epsilon. Returns ``(w', key')``.
   """
   b = sampler.expected_size
@@ -194,10 +197,13 @@ def newton_step(w, key, lam, grad_std, unit_dir_std, x, y, *, sampler, modificat
   g, h = sampled_grad_and_curvature(
       w, x.astype(dt), y.astype(dt), sampling.sample(sampler, k_sg), sampling.sample(sampler, k_sh),
       batch_size=round(b), curvature_batch_size=round(b), grad_norm_bound=1.0, curvature=curvature)
-  g_noisy = g + grad_std.astype(dt) * jax.random.normal(k_ng, (d,), dt)
+  g_noisy = noise.add_gaussian(k_ng, g, sensitivity=1.0 / b, noise_std=grad_std)
   direction = spectral.modified_solve(h, g_noisy, lam.astype(dt), modification)
-  dir_std = jnp.linalg.norm(g_noisy) * unit_dir_std.astype(dt)
-  return w - (direction + dir_std * jax.random.normal(k_nd, (d,), dt)), new_key
+  g_norm = jnp.linalg.norm(g_noisy)
+  unit = jnp.where(g_norm > 0, g_norm, 1.0)
+  noisy = g_norm * noise.add_gaussian(k_nd, direction / unit, sensitivity=dir_sens,
+                                      noise_std=dir_sens * dir_mult)
+  return w - noisy, new_key
 
 
 def sgd_step(w, key, learning_rate, sum_std, x, y, *, sampler):
@@ -210,7 +216,7 @@ def sgd_step(w, key, learning_rate, sum_std, x, y, *, sampler):
   idx, mask = sampling.sample(sampler, sample_key)
   batch = (jnp.take(x, idx, axis=0), jnp.take(y, idx, axis=0))
   total = minibatch.clipped_sum(w, batch, bound=1.0, loss="logistic", mask=mask)
-  noisy = total + sum_std.astype(w.dtype) * jax.random.normal(noise_key, total.shape, total.dtype)
+  noisy = noise.add_gaussian(noise_key, total, sensitivity=1.0, noise_std=sum_std)
   return w + (-learning_rate / sampler.expected_size) * noisy, new_key
 
 
@@ -274,8 +280,10 @@ def run_newton(x, y, ctx: dict[str, Any], epsilons: Sequence[float], passes: Seq
   sens = [direction_sensitivity(lam, n=b, modification=MODIFICATION) for lam in distinct]
   k = len(epsilons) * len(distinct)
   step = functools.partial(newton_step, sampler=sampler)
-  compiled, t_compile = _compiled(step, 3, ctx["keys"], x, y, k)
-  truncation = min(1.0, 2 * float(sampler.overflow_prob))
+  compiled, t_compile = _compiled(step, 4, ctx["keys"], x, y, k)
+  # Both caps' overflow and the exact sampler's TV slack (2d coordinates a step), as charged.
+  truncation = min(1.0, 2 * float(sampler.overflow_prob)
+                   + 2 * x.shape[1] * noise.tv_per_coordinate())
   out = {}
   for p in passes:
     steps = _steps(p * n / (2 * b))
@@ -286,8 +294,9 @@ def run_newton(x, y, ctx: dict[str, Any], epsilons: Sequence[float], passes: Seq
           for eps in epsilons]
     lam_a = np.array([lam for _ in zs for lam in distinct])
     grad_std = np.array([z_g / b for z_g, _ in zs for _ in distinct])
-    dir_std = np.array([s * z_h for _, z_h in zs for s in sens])
-    w, t_run = _run(compiled, ctx["keys"], steps, x, y, [lam_a, grad_std, dir_std])
+    dir_sens = np.array([s for _ in zs for s in sens])
+    dir_mult = np.array([z_h for _, z_h in zs for _ in sens])
+    w, t_run = _run(compiled, ctx["keys"], steps, x, y, [lam_a, grad_std, dir_sens, dir_mult])
     for e, (eps, (z_g, z_h)) in enumerate(zip(epsilons, zs)):
       q = float(sampler.sampling_rate)
       rdp = np.asarray(accounting.subsampled_gaussian_rdp(q, z_g)
@@ -332,7 +341,8 @@ def run_sgd(x, y, ctx: dict[str, Any], epsilons: Sequence[float], passes: Sequen
       out[(eps, p)] = {
           "rate": rate, "batch_size": b, "steps": steps, "passes": steps * b / n,
           "noise_multiplier": z,
-          "epsilon_spent": _spent(rdp, float(sampler.overflow_prob), steps, delta),
+          "epsilon_spent": _spent(rdp, float(sampler.overflow_prob)
+                                  + x.shape[1] * noise.tv_per_coordinate(), steps, delta),
           "seconds_compile": t_compile, "seconds_run": t_run,
           "values": [_value_record("learning_rate", lr,
                                    _excess(w[e * len(learning_rates) + j], *ctx["host"]))

@@ -113,6 +113,14 @@ def check_spent(state: Any, *, epsilon: float, delta: float, method: str,
   over = ~(spent <= cap * (1.0 + RTOL))
   if over.any():
     worst = float(np.max(spent))
+    slack = float(np.max(np.atleast_1d(accounting.spent_truncation(acc))))
+    if slack > 0 and not worst <= accounting.certifiable_epsilon(delta, slack):
+      raise BudgetExceededError(
+          f"{what}: epsilon={cap:.6g} at delta={delta:.3g} cannot be certified: the run's "
+          f"floating-point-safe noise is within total variation {slack:.3g} of the exact "
+          "Gaussian mechanism, paid (1 + e^eps) times out of delta, which caps epsilon at "
+          f"{accounting.certifiable_epsilon(delta, slack):.4g}. Ask for a smaller epsilon or a "
+          "larger delta; the result is withheld.")
     raise BudgetExceededError(
         f"{what}: the accountant reports epsilon={worst:.6g} at delta={delta:.3g} ({method}), "
         f"above the budget {cap:.6g}; the result is withheld. This is a bug: please report it.")

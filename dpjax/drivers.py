@@ -58,6 +58,7 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
+from dpjax import noise
 from dpjax import baselines
 from dpjax import data as data_lib
 from dpjax import glm
@@ -351,8 +352,9 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
   mu = _validate.positive_float(options["mu"], "mu")
   radius = _validate.positive_float(options.get("radius", DEFAULT_CUBIC_RADIUS), "radius")
   n, d = x.shape
-  rho, epsilon, delta = accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
-                                                      method=accounting)
+  rho, epsilon, delta = accounting_lib.resolve_budget(
+      n, epsilon=epsilon, rho=rho, delta=delta, method=accounting,
+      slack=int(steps or 1) * d * noise.tv_per_coordinate())  # the least a run releases
   consts = transforms.l2_logistic_constants(mu, radius)
   kwargs = dict(n=n, rho=rho, steps=steps, lipschitz=consts.lipschitz,
                 smoothness=consts.smoothness, hessian_lipschitz=consts.hessian_lipschitz,
@@ -389,8 +391,9 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
              accounting, timing_runs, average, guard_radius, options, placement=None) -> Run:
   spec = losses_lib.get_loss(loss, **loss_options)
   n, d = x.shape
-  rho, epsilon, delta = accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
-                                                      method=accounting)
+  rho, epsilon, delta = accounting_lib.resolve_budget(
+      n, epsilon=epsilon, rho=rho, delta=delta, method=accounting,
+      slack=int(steps or 1) * d * noise.tv_per_coordinate())  # the least a run releases
   newton = algorithm != "dp-gd"
   curvature = "qu" if algorithm == "qu-add" else "hessian"
   if newton:

@@ -165,8 +165,7 @@ MAX_MULTIPLIER = TABLE_SIGMA // 2  # L1, L2 <= 341 keep every level smooth (s' >
 _NUM_WORDS = 12  # random words per coordinate: (index, 3 threshold words) x 3 draws.
 _HALF_WIDTH = int(TAIL * TABLE_SIGMA)  # 7843
 _FIXED_BITS = 320  # fixed-point precision of the table construction.
-# Relative margins on s^2: float64 host planning, float32 in-graph planning.
-_HOST_MARGIN = 2.0**-40
+# Relative margin on s^2 of the (float32) planning.
 _GRAPH_MARGIN = 2.0**-14
 
 
@@ -306,35 +305,65 @@ class Plan(NamedTuple):
   std: float  # gamma * s_R: the std of the noise actually added (>= noise_std).
 
 
-def _best_multipliers(q: int) -> tuple[int, int] | None:
-  """``(L1, L2)`` in ``[1, 341]^2`` minimising ``L2^2 (L1^2 + 1)`` subject to ``>= q``."""
-  best = None
-  for l1 in range(1, MAX_MULTIPLIER + 1):
-    base = l1 * l1 + 1
-    need = -(-q // base)  # ceil
-    l2 = max(1, math.isqrt(need - 1) + 1) if need > 1 else 1
-    if l2 > MAX_MULTIPLIER:
-      continue
-    p = l2 * l2 * base
-    if best is None or p < best[0]:
-      best = (p, l1, l2)
-  return None if best is None else (best[1], best[2])
+def _plan_core(xp: Any, sigma: Any, delta: Any, size: int):
+  """``(e, L1, L2, feasible)`` in float32 arithmetic, identically for ``xp = numpy`` and ``jax.numpy``.
+
+  One algorithm serves concrete budgets (numpy, on the host) and traced ones
+  (in the graph), so that a release does not depend on whether its budget was
+  traced: every step is a correctly rounded float32 operation, in the same
+  order, and the exponent comes from ``frexp`` (exact), not ``log2``.
+  Privacy needs only that the chosen ``(e, L1, L2)`` give ``s_c >= sigma /
+  2^e + sqrt(size) sigma / delta`` in exact arithmetic; the relative margin
+  ``2^-14`` on ``s^2`` covers every float32 rounding here (each ``<= 2^-24``).
+  """
+  f32 = np.float32
+  sigma = xp.asarray(sigma, dtype=f32)
+  delta = xp.asarray(delta, dtype=f32)
+  s_max = f32(S_MAX * (1 - 2.0**-12))
+  c = f32(math.sqrt(size)) * sigma / delta
+  feasible = (c < f32(0.5) * s_max) & (sigma > f32(0)) & (sigma < f32(np.inf))
+  room = xp.where(feasible, s_max - c, s_max)
+  mant, ex = xp.frexp(xp.where(feasible, sigma, f32(1)) / room)
+  e = xp.where(mant > f32(0.5), ex, ex - 1).astype(np.int32)  # ceil(log2(sigma / room)), exact
+  e = xp.clip(e, -117, 117)
+  e = xp.where(sigma * _pow2_xp(xp, -e) + c > s_max, e + 1, e)
+  e = xp.where(sigma * _pow2_xp(xp, 1 - e) + c <= s_max, e - 1, e)
+  s_needed = sigma * _pow2_xp(xp, -e) + c
+  feasible = feasible & (s_needed >= f32(S_MIN))
+  q = xp.maximum(s_needed * s_needed * f32(1 + _GRAPH_MARGIN) / f32(TABLE_SIGMA**2), f32(1))
+  l1 = xp.arange(1, MAX_MULTIPLIER + 1, dtype=f32)
+  base = l1 * l1 + f32(1)
+  l2 = xp.maximum(xp.ceil(xp.sqrt(q / base)), f32(1))
+  l2 = xp.where(l2 * l2 * base < q, l2 + f32(1), l2)
+  p = xp.where(l2 <= f32(MAX_MULTIPLIER), l2 * l2 * base, f32(np.inf))
+  i = xp.argmin(p)
+  return e, l1[i].astype(np.int32), l2[i].astype(np.int32), feasible
+
+
+def _pow2_xp(xp: Any, e: Any) -> Any:
+  """``2^e`` in float32 from its bits, for an int32 ``e`` in the normal range (numpy or jax)."""
+  bits = (xp.asarray(e, dtype=np.int32) + np.int32(127)) << np.int32(23)
+  if xp is np:
+    return np.asarray(bits, np.int32).view(np.float32)
+  return jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
 @functools.lru_cache(maxsize=4096)
 def plan(noise_std: float, sensitivity: float, size: int) -> Plan:
-  """The grid and multipliers for a release of ``size`` coordinates (host, float64).
+  """The grid and multipliers for a release of ``size`` coordinates (host).
 
   ``c = sqrt(size) noise_std / sensitivity`` is the rounding's cost in integer
   units; ``e`` is the smallest exponent with ``noise_std / 2^e + c <= S_MAX``
   (the finest grid the sampler affords), and ``(L1, L2)`` give the smallest
   ``s_R`` whose matched continuous std exceeds ``noise_std / 2^e + c`` with a
-  ``2^-40`` relative margin.
+  ``2^-14`` relative margin: the same float32 computation as for a traced
+  budget (:func:`_plan_core`), so a release never depends on whether its
+  budget was traced.
 
   Raises:
     ValueError: the release needs more integer resolution than the sampler has
-      (``c >= S_MAX``: an enormous ``size`` at a tiny budget), or ``noise_std``
-      is outside ``[2^-90, 2^90]``.
+      (``c >= S_MAX / 2``: an enormous ``size`` at a tiny budget), or
+      ``noise_std`` is outside ``[2^-90, 2^90]``.
 
   Examples:
     >>> from dpjax import noise
@@ -348,51 +377,24 @@ def plan(noise_std: float, sensitivity: float, size: int) -> Plan:
         f"noise_std must be in [2^-90, 2^90] for the exact sampler, got {sigma!r}."
     )
   c = math.sqrt(size) * sigma / delta
-  if c >= 0.5 * S_MAX:
+  if c >= 0.5 * S_MAX * (1 - 2.0**-10):
     raise ValueError(
         f"an exact Gaussian release of {size} coordinates with noise_std/sensitivity = "
         f"{sigma / delta:.3g} needs more integer resolution than the sampler has "
         f"(sqrt(size) * noise_std / sensitivity = {c:.3g} >= {0.5 * S_MAX:.3g}); "
         "release fewer coordinates at a time or spend a larger budget per release."
     )
-  e = math.ceil(math.log2(sigma / (S_MAX - c)))
-  while math.ldexp(sigma, -e) + c > S_MAX:
-    e += 1
-  while math.ldexp(sigma, -(e - 1)) + c <= S_MAX:
-    e -= 1
-  s_needed = math.ldexp(sigma, -e) + c
-  s2 = TABLE_SIGMA**2
-  target = s_needed * s_needed * (1 + _HOST_MARGIN) + 1.0
-  q = max(1, math.ceil(target / s2 - 1))
-  l1, l2 = _best_multipliers(q)
-  s_r = math.sqrt(s2 * (l2 * l2 * (l1 * l1 + 1) + 1))
+  e, l1, l2, feasible = _plan_core(np, sigma, delta, size)
+  if not bool(feasible):  # pragma: no cover - excluded by the checks above
+    raise ValueError(f"no exact plan for noise_std={sigma!r}, sensitivity={delta!r}.")
+  e, l1, l2 = int(e), int(l1), int(l2)
+  s_r = math.sqrt(TABLE_SIGMA**2 * (l2 * l2 * (l1 * l1 + 1) + 1))
   return Plan(exponent=e, l1=l1, l2=l2, std=math.ldexp(s_r, e))
 
 
 def _plan_in_graph(sigma: jax.Array, delta: jax.Array, size: int):
-  """The same plan computed in float32 inside the graph (traced budgets)."""
-  f32 = jnp.float32
-  sigma = jnp.asarray(sigma, f32)
-  delta = jnp.asarray(delta, f32)
-  s_max = f32(S_MAX * (1 - 2.0**-12))
-  c = f32(math.sqrt(size)) * sigma / delta
-  feasible = (c < 0.5 * s_max) & (sigma > 0) & jnp.isfinite(sigma)
-  room = jnp.where(feasible, s_max - c, s_max)
-  e = jnp.ceil(jnp.log2(jnp.where(feasible, sigma, 1.0) / room)).astype(jnp.int32)
-  e = jnp.clip(e, -117, 117)
-  e = jnp.where(sigma * _pow2(-e, f32) + c > s_max, e + 1, e)
-  e = jnp.where(sigma * _pow2(1 - e, f32) + c <= s_max, e - 1, e)
-  s_needed = sigma * _pow2(-e, f32) + c
-  feasible = feasible & (s_needed >= f32(S_MIN))
-  s2 = f32(TABLE_SIGMA**2)
-  q = jnp.maximum(s_needed * s_needed * f32(1 + _GRAPH_MARGIN) / s2, 1.0)
-  l1 = jnp.arange(1, MAX_MULTIPLIER + 1, dtype=f32)
-  base = l1 * l1 + 1
-  l2 = jnp.maximum(jnp.ceil(jnp.sqrt(q / base)), 1.0)
-  l2 = jnp.where(l2 * l2 * base < q, l2 + 1, l2)
-  p = jnp.where(l2 <= MAX_MULTIPLIER, l2 * l2 * base, jnp.inf)
-  i = jnp.argmin(p)
-  return e, l1[i].astype(jnp.int32), l2[i].astype(jnp.int32), feasible
+  """:func:`_plan_core` in the graph (traced budgets)."""
+  return _plan_core(jnp, sigma, delta, size)
 
 
 # ----------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from dpjax import data as data_lib
 from dpjax import drivers
 from dpjax import glm
 from dpjax import leaks
+from dpjax import noise
 from dpjax import solve
 from dpjax import standardize as standardize_lib
 from dpjax import streaming
@@ -610,6 +611,21 @@ def _relation_options(algorithm: str, neighbouring: str, options: dict) -> dict:
   return {**options, "neighbouring": neighbouring}
 
 
+def _least_slack(steps: int, d: int, options: dict | None = None) -> float:
+  """The floating-point noise slack of at least ``steps`` releases of ``d`` coordinates.
+
+  Every iterative method releases at least ``d`` noise coordinates per step
+  (:mod:`dpjax.noise`): the least slack a run pays, reserved out of delta when
+  the budget is resolved (a no-op at any ordinary epsilon) and used to refuse
+  an epsilon no finite sampler can certify before any work. None for a run
+  that draws no exact noise (the non-private test and benchmark switches).
+  """
+  options = options or {}
+  if options.get("disable_noise_for_testing") or options.get("unsafe_float_noise"):
+    return 0.0
+  return int(steps) * int(d) * noise.tv_per_coordinate()
+
+
 def _check_plan_budget(data, *, epsilon, rho, delta, method, epsilon_budget) -> None:
   """``fit``'s plan check: the run's epsilon at its delta against ``epsilon_budget``."""
   n = int(np.shape(data[0])[0]) if isinstance(data, tuple) and np.ndim(data[0]) == 2 else None
@@ -661,7 +677,8 @@ def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounti
   if algorithm == AUTO:
     n, d = _auto_shape(data, steps, average, algorithm_options)
     level = accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
-                                          method=accounting)
+                                          method=accounting,
+                                          slack=_least_slack(1, d, algorithm_options))
     choice = _auto_choice(n, d, level, accounting)
     plan = _plan(data, choice.algorithm, steps=choice.steps, repeats=repeats, seed=seed,
                  init=init, guard_radius=guard_radius, timing_runs=timing_runs,
@@ -673,7 +690,8 @@ def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounti
                  guard_radius=guard_radius, timing_runs=timing_runs, average=average,
                  options=algorithm_options)
     level = accounting_lib.resolve_budget(plan.n, epsilon=epsilon, rho=rho, delta=delta,
-                                           method=accounting)
+                                           method=accounting,
+                                           slack=_least_slack(plan.steps, plan.d, plan.options))
   rho, epsilon, delta = level
   make_transform(plan.algorithm, key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
   return _execute(plan, [(rho, epsilon, delta, accounting)], batched=False,
@@ -694,7 +712,9 @@ def _fit_stream(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, a
   seed = _check_seed(seed)
   timing_runs = _validate.positive_int(timing_runs, "timing_runs")
   rho, epsilon, delta = accounting_lib.resolve_budget(plan.n, epsilon=epsilon, rho=rho,
-                                                      delta=delta, method=accounting)
+                                                      delta=delta, method=accounting,
+                                                      slack=_least_slack(plan.steps, plan.d,
+                                                                         plan.options))
   streaming.check_transform(plan, rho)
   out = streaming.execute(plan, rho=rho, seed=seed, timing_runs=timing_runs)
   excess = out["excess_losses"]
@@ -852,11 +872,13 @@ def fit_levels(
   neighbouring = _check_neighbouring(algorithm, neighbouring)
   if algorithm == AUTO:
     n, d = _auto_shape(data, steps, average, algorithm_options)
+    least_slack = _least_slack(1, d, algorithm_options)
   else:
     plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
                  guard_radius=guard_radius, timing_runs=timing_runs, average=average,
                  options=_relation_options(algorithm, neighbouring, algorithm_options))
     n = plan.n
+    least_slack = _least_slack(plan.steps, plan.d, algorithm_options)
   if (epsilons is None) == (rhos is None):
     raise ValueError(
         "pass exactly one of epsilons=[...] and rhos=[...]; got "
@@ -885,7 +907,7 @@ def fit_levels(
     eps, rho = (value, None) if rhos is None else (None, value)
     try:
       levels.append((*accounting_lib.resolve_budget(n, epsilon=eps, rho=rho, delta=delta,
-                                                   method=method), method))
+                                                   method=method, slack=least_slack), method))
     except ValueError as err:
       raise ValueError(f"privacy level {i}: {err}") from None
   if algorithm != AUTO:

@@ -79,7 +79,7 @@ def test_newton_step_matches_the_transform(modification, lam):
     u, state = tx.update(None, state, w, data=(x, y))
     w = w + u
     w2, key2 = mb.newton_step(w2, key2, jnp.float32(lam_c), jnp.float32(z_g / b),
-                              jnp.float32(sens * z_h), x, y, sampler=sampler,
+                              jnp.float32(sens), jnp.float32(z_h), x, y, sampler=sampler,
                               modification=modification)
   np.testing.assert_allclose(w2, w, rtol=1e-6, atol=1e-6)
   assert float(jnp.abs(w).max()) > 0.1

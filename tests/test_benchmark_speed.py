@@ -17,12 +17,14 @@ _PER_ITERATION = {
     "dataset": str, "n": int, "d": int, "algorithm": str, "family": str, "ms_median": float,
     "ms_min": float, "reps": int, "baseline": str, "baseline_ms": float,
     "baseline_ms_min": float, "ratio": float, "target": float, "met": bool,
-    "compile_s": float, "baseline_compile_s": float,
+    "compile_s": float, "baseline_compile_s": float, "float_ms": float, "float_ms_min": float,
+    "float_compile_s": float, "exact_over_float": float, "compile_exact_over_float": float,
 }
 _SCALING = {
     "axis": str, "n": int, "d": int, "algorithm": str, "ms_median": float, "ms_min": float,
     "reps": int, "baseline": str, "baseline_ms": float, "baseline_ms_min": float,
-    "ratio": float, "compile_s": float,
+    "ratio": float, "compile_s": float, "float_ms": float, "float_ms_min": float,
+    "float_compile_s": float, "exact_over_float": float, "compile_exact_over_float": float,
 }
 _REPEATS = {
     "dataset": str, "n": int, "d": int, "algorithm": str, "steps": int, "repeats": int,

@@ -47,12 +47,12 @@ def test_poisson_rho_budget_is_its_epsilon_at_delta(ds):
 def test_general_loss_fit_spends_rho_and_approaches_the_optimum(ds):
   x, y = ds
   y_real = np.asarray(y) * 0.5 + 0.1 * np.asarray(x)[:, 0]
-  res = dpjax.fit((x, y_real), "qu-add", rho=50.0, steps=6, repeats=2, seed=0,
+  res = dpjax.fit((x, y_real), "qu-add", rho=10.0, steps=6, repeats=2, seed=0,
                   loss="pseudo_huber", loss_options={"delta": 1.0}, min_eigenvalue=0.05)
   spec = losses.get_loss("pseudo_huber", delta=1.0)
   _, f_star = losses.optimum(spec, np.asarray(x, np.float64), y_real)
   assert res.loss == "pseudo_huber" and res.loss_star == pytest.approx(f_star)
-  np.testing.assert_allclose(res.rho_spent, 50.0, rtol=1e-9)
+  np.testing.assert_allclose(res.rho_spent, 10.0, rtol=1e-9)
   assert np.all(res.excess_losses < 1e-2 * (res.losses[:, 0] - res.loss_star))
   # 1e-12: the float64 losses over 600 rows round at ~1e-16, and losses.optimum stops at a
   # Newton decrement <= 1e-13 and then takes one more full Newton step.

@@ -369,3 +369,19 @@ def test_float32_and_float64_runs_share_their_noise():
 
   a, b = run(jnp.float32), run(jnp.float64)
   assert np.abs(a - b).max() <= 1e-6 * np.abs(b).max()
+
+
+def test_host_and_graph_plans_agree():
+  """A release does not depend on whether its budget was traced (eager, jit, host all plan alike)."""
+  rng = np.random.default_rng(3)
+  graph = jax.jit(lambda s, d, k=1: noise._plan_in_graph(s, d, k), static_argnums=2)
+  for _ in range(300):
+    sigma = float(np.exp(rng.uniform(-12, 6)))
+    sens = float(sigma * np.exp(rng.uniform(-8, 3)))
+    k = int(rng.choice([1, 7, 100, 10_000]))
+    try:
+      p = noise.plan(sigma, sens, k)
+    except ValueError:
+      continue
+    e, l1, l2, ok = graph(jnp.float32(sigma), jnp.float32(sens), k)
+    assert bool(ok) and (int(e), int(l1), int(l2)) == (p.exponent, p.l1, p.l2), (sigma, sens, k)
