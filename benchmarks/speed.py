@@ -146,7 +146,8 @@ _RHO = 0.1
 _BUDGET_S = {"per_iteration": 8.0, "scaling": 2.5, "repeats": 8.0}
 _QUICK_BUDGET_S = {"per_iteration": 0.6, "scaling": 0.3, "repeats": 0.5}
 _MIN_REPS = 3
-_COMPILES = 3  # compile times: the least of this many fresh compilations.
+_COMPILES = 3  # compile times: the least of this many fresh compilations (1 with --quick).
+_COMPILE_REPS = [_COMPILES]
 
 
 # ----------------------------------------------------------------------------
@@ -302,7 +303,7 @@ def _compiled_step(algorithm: str, x: jax.Array, y: jax.Array, steps: int,
   key = (algorithm, n, d, str(x.dtype), steps, float_noise)
   if key not in _STEP_CACHE:
     times = []
-    for _ in range(_COMPILES):
+    for _ in range(_COMPILE_REPS[0]):
       fn, w, state = make_step(algorithm, n, d, steps, x.dtype, float_noise)
       compiled, seconds = _harness.compile_fn(fn, w, state, x, y)
       times.append(seconds)
@@ -672,7 +673,8 @@ def to_markdown(info: dict[str, Any], payload: dict[str, Any]) -> str:
       "Each step of sections 1 and 2 was timed in the same round-robin as its twin built with "
       "`unsafe_float_noise=True` (`jax.random.normal` noise, NOT private: the pre-exact code "
       "path). Compile time: the least of "
-      f"{_COMPILES} fresh compilations of each. Targets: iteration <= 1.1x, compile <= 1.1x.",
+      f"{_COMPILE_REPS[0]} fresh compilation(s) of each. Targets: iteration <= 1.1x, "
+      "compile <= 1.1x.",
       "",
       "| data | n | d | algorithm | exact (ms) | float (ms) | **iteration ratio** | "
       "compile exact / float (s) | **compile ratio** |",
@@ -749,6 +751,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"error: {err}", file=sys.stderr)
     return 2
   quick = args.quick
+  _COMPILE_REPS[0] = 1 if quick else _COMPILES
   budget = _QUICK_BUDGET_S if quick else _BUDGET_S
   steps = QUICK_STEPS if quick else STEPS
   info = _harness.machine_info()
