@@ -389,6 +389,10 @@ def cubic_newton(
       ``(2 L0 + L1 D) / (L0 + L1 D)``, same ``N``; module docstring).
     disable_noise_for_testing: if True, the solver adds no noise (same ``N``,
       same charges); the output is NOT private. For tests only.
+    unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
+      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      private (Mironov 2012); for measuring what exactness costs. Issues
+      :class:`dpjax.PrivacyLeakWarning`.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs`` whose state is a

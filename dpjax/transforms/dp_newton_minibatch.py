@@ -436,6 +436,10 @@ def dp_newton_minibatch(
     disable_noise_for_testing: if True, no noise is added (the samples are
       still drawn and the accountant still charged); the output is NOT
       private. For tests only.
+    unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
+      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      private (Mironov 2012); for measuring what exactness costs. Issues
+      :class:`dpjax.PrivacyLeakWarning`.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs`` whose state is a

@@ -304,6 +304,10 @@ def dp_precond_gd(
       charged and the floor keeps its nominal value
       ``kappa sqrt(2 d) sigma_H``, so the noiseless run clips exactly like
       the private one. For tests only.
+    unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
+      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      private (Mironov 2012); for measuring what exactness costs. Issues
+      :class:`dpjax.PrivacyLeakWarning`.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs`` whose state is a

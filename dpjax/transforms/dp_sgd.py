@@ -220,6 +220,10 @@ def dp_sgd(
     disable_noise_for_testing: if True, adds no noise and the output is NOT
       private (the sampling is unchanged and the accountant is still
       charged). For tests only.
+    unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
+      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      private (Mironov 2012); for measuring what exactness costs. Issues
+      :class:`dpjax.PrivacyLeakWarning`.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs`` whose state is a

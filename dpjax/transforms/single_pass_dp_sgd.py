@@ -74,6 +74,10 @@ def single_pass_dp_sgd(
     key: int seed or typed PRNG key.
     neighbouring: ``"zero-out"`` or ``"replace-one"`` (noise x 2).
     disable_noise_for_testing: no noise (NOT private).
+    unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
+      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      private (Mironov 2012); for measuring what exactness costs. Issues
+      :class:`dpjax.PrivacyLeakWarning`.
 
   Examples:
     >>> import jax.numpy as jnp, optax
