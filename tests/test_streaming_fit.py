@@ -63,7 +63,9 @@ def test_otb_noiseless_single_pass_beats_the_noisy_one():
   # More privacy budget, less noise: the ordering a working calibration must show.
   ds = dpjax.synthetic(1, n=8192, d=5)
   lo = dpjax.fit(ds, "otb", epsilon=0.2, batch_size=64, repeats=8, seed=0)
-  hi = dpjax.fit(ds, "otb", epsilon=50.0, batch_size=64, repeats=8, seed=0)
+  # eps = 20, not 50: the exact releases' TV slack is paid (1 + e^eps) times from
+  # delta = n^-2, which caps the certifiable epsilon near 39 here (dpjax.noise).
+  hi = dpjax.fit(ds, "otb", epsilon=20.0, batch_size=64, repeats=8, seed=0)
   assert hi.excess_loss_mean < lo.excess_loss_mean
 
 
