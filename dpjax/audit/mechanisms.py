@@ -115,7 +115,8 @@ from dpjax.audit import bounds
 from dpjax.transforms.dp_newton import direction_sensitivity, newton_budget
 
 __all__ = ["AUDIT_DELTA", "AuditResult", "AuditSetup", "BROKEN", "CONTROLS", "MECHANISMS",
-           "NUM_SAMPLES", "TWINS", "audit", "injected_noise", "make_setup", "run_audit",
+           "NUM_SAMPLES", "TWINS", "audit", "check_injection", "injected_noise", "make_setup",
+           "run_audit",
            "scaled_noise"]
 
 NUM_SAMPLES = 100_000  # runs on each of D and D' in benchmarks/audit.py.
@@ -240,7 +241,11 @@ def injected_noise(factor: float | None, path: str = "dpjax.noise") -> Iterator[
 
 
 class _Spec(NamedTuple):
-  """What a builder returns (see :func:`make_setup`)."""
+  """What a builder returns (see :func:`make_setup`).
+
+  A builder's ``doubled`` (the 2x twin) changes ``datasets`` only, never the
+  program ``run``: :func:`audit` reuses the compiled correct run for it.
+  """
 
   run: Callable[[Any, Any], tuple[jax.Array, Any]]  # (key, dataset) -> (statistic, state).
   datasets: tuple[Any, Any]  # (D, D') for the requested pair (correct or doubled).
@@ -923,6 +928,12 @@ def run_audit(setup: AuditSetup, *, num_samples: int = NUM_SAMPLES, seed: int = 
     >>> round(r.claimed_epsilon, 4), r.consistent
     (1.1603, True)
   """
+  return _run(setup, num_samples, seed, confidence, None)
+
+
+def _run(setup: AuditSetup, num_samples: int, seed: int, confidence: float,
+         cache: dict | None) -> AuditResult:
+  """:func:`run_audit`; ``cache`` maps a program key to its compiled runs (see :func:`audit`)."""
   if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 4:
     raise ValueError(f"num_samples must be an int >= 4 (two halves of two runs), got "
                      f"{num_samples!r}.")
@@ -941,9 +952,16 @@ def run_audit(setup: AuditSetup, *, num_samples: int = NUM_SAMPLES, seed: int = 
       keys = jax.random.split(jax.random.key(seed), 2 * num_samples)
       chunk = min(num_samples, _CHUNK)
       start = time.perf_counter()
-      batched = jax.jit(jax.vmap(setup.sample, in_axes=(0, None))).lower(
-          keys[:chunk], d0).compile()
-      compiled_at = time.perf_counter()
+      program = (setup.name, "2x-sensitivity" if setup.twin is None else setup.twin, chunk)
+      batched = None if cache is None else cache.get(program)
+      if batched is None:
+        batched = jax.jit(jax.vmap(setup.sample, in_axes=(0, None))).lower(
+            keys[:chunk], d0).compile()
+        if cache is not None:
+          cache[program] = batched
+        compiled_at = time.perf_counter()
+      else:  # reused: nothing compiled.
+        start = compiled_at = time.perf_counter()
       s0, _ = _batched_runs(batched, keys[:num_samples], d0, chunk)
       s1, acc = _batched_runs(batched, keys[num_samples:], d1, chunk)
       claim = float(accounting.epsilon_spent(acc, setup.delta, setup.method))
@@ -973,21 +991,32 @@ def audit(name: str, *, num_samples: int, seed: int = 0, twins: tuple[str, ...] 
           confidence: float = 0.95) -> list[AuditResult]:
   """The correct run of ``name`` and its broken ``twins`` (default: :data:`CONTROLS`), same keys.
 
+  The ``"2x-sensitivity"`` twin reuses the correct run's compiled program
+  (a builder's ``doubled`` changes only the datasets), so its
+  ``compile_seconds`` is 0.
+
   Raises:
-    RuntimeError: a noise twin's runs on ``D`` are identical to the correct
-      ones under the same keys: the injection did not reach the mechanism's
-      noise (it draws somewhere the hook does not see), so the twin would
-      prove nothing.
+    RuntimeError: from :func:`check_injection`.
   """
   twins = CONTROLS[name] if twins is None else tuple(twins)
-  results = [run_audit(make_setup(name), num_samples=num_samples, seed=seed,
-                       confidence=confidence)]
+  cache: dict = {}
+  results = [_run(make_setup(name), num_samples, seed, confidence, cache)]
   for twin in twins:
-    r = run_audit(make_setup(name, twin=twin), num_samples=num_samples, seed=seed,
-                  confidence=confidence)
-    if twin in _FACTORS and r.fingerprint == results[0].fingerprint:
-      raise RuntimeError(
-          f"the {twin!r} twin of {name!r} released exactly what the correct run did: the "
-          "injected noise factor never reached the mechanism's noise.")
+    r = _run(make_setup(name, twin=twin), num_samples, seed, confidence, cache)
+    check_injection(results[0], r)
     results.append(r)
   return results
+
+
+def check_injection(correct: AuditResult, twin: AuditResult) -> None:
+  """Raises ``RuntimeError`` when a noise twin released what the correct run did, same keys.
+
+  Then the injected factor never reached the mechanism's noise (it draws
+  somewhere the hook does not see: a wrong ``noise_path``), and the twin
+  would prove nothing. Other twins are not checked (they change the data
+  or the program, not the noise).
+  """
+  if twin.twin in _FACTORS and twin.fingerprint == correct.fingerprint:
+    raise RuntimeError(
+        f"the {twin.twin!r} twin of {twin.name!r} released exactly what the correct run did "
+        "under the same keys: the injected noise factor never reached the mechanism's noise.")
