@@ -26,6 +26,20 @@ delta)). So a channel whose noise is missing, halved, or calibrated to half
 its sensitivity shows a lower bound above the claim even though the other
 channels are correct.
 
+The channels audited (:data:`MECHANISMS`):
+
+* ``dp_gd``: the gradient (1 and 4 steps; zero-out and replace-one);
+* ``dp_newton``, for each of hessian/qu x clip/add x fixed/adaptive lambda:
+  ``gradient`` (the noisy gradient), ``direction`` (the noisy direction,
+  which is where the curvature enters: ``dp_newton`` never releases its
+  curvature matrix on its own, so the curvature's channel is the direction
+  release, whose canary moves ``H`` by its full ``L1 / n``) and, for the
+  adaptive lambda, ``trace``;
+* ``dp_precond_gd``: ``curvature`` (the released symmetric matrix) and
+  ``end-to-end`` (the shipped defaults; zero-out and replace-one);
+* ``dpjax.sklearn.DPLogisticRegression``: its coefficients, end to end;
+* the tree's prefix sums, Poisson DP-SGD, online-to-batch and AOP.
+
 **Canaries.** One coordinate, ``e_1``, is the canary's: no public row has a
 component along it unless a channel needs one (stated per entry).
 
@@ -61,7 +75,8 @@ covers the pair.
   directly get the same factor through :func:`scaled_noise`);
 * ``"2x-sensitivity"``: the canary's contribution to every released sum is
   doubled. ``D'`` holds two canary rows where ``D`` holds two null rows
-  (the tree: a leaf input of 2; AOP and the estimator: two rows flipped). A
+  (the tree: a leaf input of 2; the estimator: two labels flipped;
+  replace-one entries: two rows replaced). A
   mechanism calibrated for one row but exposed to this pair releases exactly
   what a mechanism whose sensitivity constant is half the true one releases
   (the gradient, curvature and trace sums move by twice their bounds; the
@@ -72,19 +87,24 @@ covers the pair.
   for the others it changes the curvature by 4x and the gradient by 2x at
   once.
 
-Two mechanism-specific controls remain: ``"fresh-tree-noise"`` (the tree
+Replace-one entries also have ``"zero-out-noise"``: the transform's default
+(zero-out) calibration on the replace-one pair, the bug the issue found in
+``dp_gd`` (gradient noise for ``L0 / n`` where the pair moves the sum by
+``2 L0 / n``; the curvature's ``sqrt(2)``). Two mechanism-specific
+controls remain: ``"fresh-tree-noise"`` (the tree
 redraws its node noises at every step instead of reusing them, by re-keying
 a ``"regenerate"`` tree before each step) and AOP's ``"noise/10"`` (see
 :func:`_aop`).
 
 **Why the audits are evaluated at delta = 0.1** (:data:`AUDIT_DELTA`). Every
 zCDP mechanism is (epsilon(delta), delta)-DP for every delta, so its claim
-can be tested at any point of its curve; the test at delta = 1e-5 needs
-regions of probability ~1e-5 and so millions of runs before it sees a
-factor-2 bug, while at delta = 0.1 a few thousand runs separate a correct
-mechanism (lower bound below its claim) from a twin with twice the
-sensitivity (lower bound ~2x the claim). AOP's claim is an
-(epsilon, delta) pair only and is tested at its own delta.
+can be tested at any point of its curve. At delta = 1e-5 the test needs
+regions of probability ~1e-5: even a likelihood-ratio statistic at 100,000
+runs a side flags a factor-2 bug by only ~25% of the claim, and not at all
+at 20,000. At delta = 0.1 the regions have probability ~0.1, and 4,000 runs
+separate a correct mechanism (lower bound below its claim) from a twin with
+twice the sensitivity (lower bound about twice the claim). AOP's claim is
+an (epsilon, delta) pair only and is tested at its own delta.
 
 A correct mechanism must give a lower bound ``<=`` its claim; a broken twin
 must give one above it. :func:`audit` runs an entry and its twins and checks
@@ -115,8 +135,8 @@ from dpjax.audit import bounds
 from dpjax.transforms.dp_newton import direction_sensitivity, newton_budget
 
 __all__ = ["AUDIT_DELTA", "AuditResult", "AuditSetup", "BROKEN", "CONTROLS", "MECHANISMS",
-           "NUM_SAMPLES", "TWINS", "audit", "check_injection", "injected_noise", "make_setup",
-           "run_audit",
+           "NUM_SAMPLES", "TEST_SAMPLES", "TEST_SAMPLES_DEFAULT", "TWINS", "audit",
+           "check_injection", "injected_noise", "make_setup", "run_audit", "runs_on_host",
            "scaled_noise"]
 
 NUM_SAMPLES = 100_000  # runs on each of D and D' in benchmarks/audit.py.
@@ -129,7 +149,7 @@ _CHUNK = 25_000  # runs per compiled call (bounds the memory of a vmap).
 
 
 class AuditSetup(NamedTuple):
-  """One mechanism, channel and pair of neighbours (or a broken twin), ready for :func:`run_audit`."""
+  """One mechanism, channel and pair of neighbours (or a twin), ready for :func:`run_audit`."""
 
   name: str  # the key of MECHANISMS.
   twin: str | None  # None, or the injected bug (BROKEN).
@@ -268,7 +288,7 @@ def _stack(rows: list[tuple[tuple[float, ...], float]], dtype=jnp.float32):
 
 
 def _zero_out_pair(n: int, public: list, canary: tuple, *, doubled: bool, d: int):
-  """``D``: the public rows and null rows; ``D'``: one canary (two if ``doubled``) in their place."""
+  """``D``: the public rows, then null rows; ``D'``: one canary (two if ``doubled``) last."""
   k = 2 if doubled else 1
   if len(public) + k > n:
     raise ValueError(f"{len(public)} public rows and {k} canaries do not fit in n={n}.")
@@ -661,9 +681,8 @@ def _estimator(*, doubled: bool = False) -> _Spec:
 
   return _Spec(run, ((x, y), (x, y_prime)), None, None, AUDIT_DELTA, True, "dpjax.noise",
                f"DPLogisticRegression(epsilon={epsilon:.4g}, delta=1e-5, data_norm=1, "
-               "fit_intercept=False)", "end-to-end", "zero-out (label flip, within the "
-               "zero-out sensitivities)", "x = e_1 with y = -1 (D) or +1 (D'); 48 public rows "
-               "along e_2", "coef_[0, 0]")
+               "fit_intercept=False)", "end-to-end", "zero-out (label flip)",
+               "x = e_1 with y = -1 (D) or +1 (D'); 48 public rows along e_2", "coef_[0, 0]")
 
 
 # ----------------------------------------------------------------------------
@@ -865,6 +884,23 @@ MECHANISMS: dict[str, tuple[Callable[..., _Spec], dict, tuple[str, ...]]] = {
     "aop": (_aop, dict(epsilon=2.0, gamma=1e-6), ("noise/10",)),
 }
 
+# The runs per neighbour of the default test suite (tests/audit), at which every twin
+# is flagged with margin (benchmarks/audit.py --quick uses them too).
+TEST_SAMPLES_DEFAULT = 4000
+TEST_SAMPLES: dict[str, int] = {
+    "dp-sgd-poisson": 8000,  # a mixture over the Poisson sample: weaker statistic.
+    "estimator": 1000,  # one host fit per run.
+    "aop": 3000,  # one host minimisation per run.
+}
+
+
+def runs_on_host(name: str) -> bool:
+  """Whether the entry runs eagerly on the host, one call per run (AOP, the estimator)."""
+  if name not in MECHANISMS:
+    raise ValueError(f"unknown mechanism {name!r}; pick one of {sorted(MECHANISMS)}.")
+  return MECHANISMS[name][0] in (_estimator, _aop)
+
+
 # The twins each mechanism is checked with.
 CONTROLS: dict[str, tuple[str, ...]] = {name: entry[2] for name, entry in MECHANISMS.items()}
 
@@ -973,7 +1009,7 @@ def _run(setup: AuditSetup, num_samples: int, seed: int, confidence: float,
 
 
 def _batched_runs(compiled, keys, data, chunk: int):
-  """The statistics of ``len(keys)`` runs in calls of ``chunk`` (the last padded), and one accountant."""
+  """The statistics of ``len(keys)`` runs in calls of ``chunk`` (last padded), one accountant."""
   total = keys.shape[0]
   pad = -total % chunk
   if pad:

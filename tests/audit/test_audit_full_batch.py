@@ -16,7 +16,7 @@ import pytest
 from dpjax import noise
 from dpjax.audit import mechanisms
 
-NUM_SAMPLES = 4000
+NUM_SAMPLES = mechanisms.TEST_SAMPLES_DEFAULT  # 4000
 CLAIM = 1.1603338527916167  # rho = 0.5 as (epsilon, 0.1)-DP, exact Gaussian conversion.
 
 # A few entries per kind; benchmarks/audit.py runs all of them.

@@ -7,13 +7,10 @@ import pytest
 from dpjax.audit import mechanisms
 
 
-@pytest.mark.parametrize("name, num_samples", [
-    ("tree-prefix-sums", 4000),
-    ("tree-prefix-sums-all-steps", 4000),
-    ("online-to-batch", 4000),
-    ("dp-sgd-poisson", 8000),  # a mixture over the Poisson sample: the twins need more runs.
-])
-def test_correct_run_under_the_claim_and_twins_flagged(name, num_samples):
+@pytest.mark.parametrize("name", ["tree-prefix-sums", "tree-prefix-sums-all-steps",
+                                  "online-to-batch", "dp-sgd-poisson"])
+def test_correct_run_under_the_claim_and_twins_flagged(name):
+  num_samples = mechanisms.TEST_SAMPLES.get(name, mechanisms.TEST_SAMPLES_DEFAULT)
   ok, *twins = mechanisms.audit(name, num_samples=num_samples)
   assert [t.twin for t in twins] == list(mechanisms.CONTROLS[name])
   assert ok.consistent, ok
