@@ -9,8 +9,11 @@ the same record and all scripts take the same flags:
   which CI runs; its outputs go to ``<out-dir>/quick/`` unless ``--out-dir``
   is given, so a smoke run never overwrites committed full results).
 * :func:`load_dataset` loads a dataset of :data:`DATASETS` by name with the
-  paper preprocessing; a missing file raises :class:`MissingDataError`, whose
-  message names the file and the ``--data-dir`` flag.
+  paper preprocessing (the benchmarks reproduce the paper; it is not private
+  and warns :class:`dpjax.PrivacyLeakWarning`, so their tables must say they
+  use it), or another ``preprocess`` of :func:`dpjax.data.load_libsvm`; a
+  missing file raises :class:`MissingDataError`, whose message names the file
+  and the ``--data-dir`` flag.
 * :func:`machine_info` records the CPU, cores, load, versions, devices, the git
   commit and the exact command; :func:`write_results` stores it beside every
   JSON and markdown result.
@@ -62,7 +65,7 @@ from dpjax.progress import ProgressBar, progress  # noqa: E402,F401  pylint: dis
 
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
-  """How to build one benchmark dataset (paper preprocessing throughout)."""
+  """How to build one benchmark dataset (paper preprocessing unless a script asks otherwise)."""
 
   name: str
   file: str | None  # LIBSVM file under --data-dir; None for generated data.
@@ -94,12 +97,16 @@ class MissingDataError(FileNotFoundError):
 
 
 def load_dataset(name: str, data_dir: os.PathLike | str = DEFAULT_DATA_DIR,
-                 *, seed: int = 0) -> data_lib.Dataset:
+                 *, seed: int = 0, preprocess: str = "paper") -> data_lib.Dataset:
   """Loads benchmark dataset ``name`` (a key of :data:`DATASETS`), float32.
 
-  LIBSVM files get the paper preprocessing of :func:`dpjax.data.load_libsvm`
-  (standardise, unit rows, intercept); ``phishing``'s 0/1 labels map to -1/+1.
-  Generated data uses :func:`dpjax.data.synthetic` with ``seed``.
+  LIBSVM files get ``preprocess`` of :func:`dpjax.data.load_libsvm`: by
+  default the paper preprocessing (standardise, unit rows, intercept), which
+  reproduces the paper but is NOT private (its column statistics are read
+  from the data; it warns ``dpjax.PrivacyLeakWarning``); ``"per-row"`` is the
+  private default of the library, ``"none"`` the raw features.
+  ``phishing``'s 0/1 labels map to -1/+1. Generated data uses
+  :func:`dpjax.data.synthetic` with ``seed`` (``preprocess`` does not apply).
 
   Raises:
     ValueError: unknown name.
@@ -118,7 +125,7 @@ def load_dataset(name: str, data_dir: os.PathLike | str = DEFAULT_DATA_DIR,
         "--data-dir DIR with the directory that holds the LIBSVM files (e.g. --data-dir "
         "../shared/data), or leave the dataset out with --datasets."
     )
-  return data_lib.load_libsvm(path, n_features=spec.n_features,
+  return data_lib.load_libsvm(path, n_features=spec.n_features, preprocess=preprocess,
                               positive_label=spec.positive_label)
 
 

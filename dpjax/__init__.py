@@ -8,8 +8,11 @@ Modules (imports only point down):
 * :mod:`dpjax.spectral`: the eigenvalue modification Psi_lambda (clip / add);
 * :mod:`dpjax.glm`, :mod:`dpjax.per_example`: fused GLM curvature; generic
   per-example gradients and Hessians with clipping;
-* :mod:`dpjax.data`, :mod:`dpjax.solve`: datasets and the privacy contract;
-  the exact non-private optimum and excess loss;
+* :mod:`dpjax.data`, :mod:`dpjax.solve`: datasets and the privacy contract
+  (per-row preprocessing by default); the exact non-private optimum and
+  excess loss;
+* :mod:`dpjax.standardize`: private standardization (DP column means and
+  standard deviations with public bounds), charged in ``fit``'s total;
 * :mod:`dpjax.losses`: per-example convex losses with their public constants
   (L2-regularised logistic, pseudo-Huber, Poisson regression) for the
   general-loss DP-GD and Newton;
@@ -56,6 +59,7 @@ from dpjax import per_example
 from dpjax import sampling
 from dpjax import solve
 from dpjax import spectral
+from dpjax import standardize
 from dpjax import streaming
 from dpjax import training
 from dpjax import transforms
@@ -123,6 +127,7 @@ __all__ = [
     "sampling",
     "solve",
     "spectral",
+    "standardize",
     "streaming",
     "synthetic",
     "tail_average",

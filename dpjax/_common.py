@@ -136,6 +136,24 @@ def key_for(seed: Any) -> jax.Array:
   return fresh_key() if seed is None else key_from_seed(seed)
 
 
+def run_key(seed: Any) -> jax.Array:
+  """The key of a whole run: :func:`key_for`, the same on every process of a multi-process run.
+
+  With ``seed=None`` each process would draw its own fresh key, and a run
+  whose keys are replicated over a multi-host mesh would then get different
+  keys on different hosts; process 0's key is sent to all
+  (``multihost_utils.broadcast_one_to_all``, a collective every process
+  reaches, as every process calls the same whole-run entry point). An int
+  seed gives the same key everywhere by itself.
+  """
+  key = key_for(seed)
+  if seed is None and jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    words = multihost_utils.broadcast_one_to_all(np.asarray(jax.random.key_data(key)))
+    key = jax.random.wrap_key_data(np.asarray(words, np.uint32))
+  return key
+
+
 def canonical_key(key: Any) -> jax.Array:
   """An int seed or a typed key (possibly traced) -> a scalar typed key."""
   if key is None or isinstance(key, (bool, np.bool_)):

@@ -124,8 +124,8 @@ def check_row_norms(x: Any, name: str = "x", *, bound: float = 1.0) -> None:
   if norms.size and norms[worst] > bound:
     raise ValueError(
         f"{name} row {worst} has L2 norm {norms[worst]:.9g} > {bound:g}; the privacy "
-        f"analysis assumes every row has norm <= {bound:g}. Preprocess with "
-        "dpjax.data.load_libsvm(..., preprocess='paper') or dpjax.data.clip_rows(x)."
+        f"analysis assumes every row has norm <= {bound:g}. Scale each row on its own with "
+        "dpjax.data.clip_rows(x) or dpjax.data.scale_rows(x) (load_libsvm's default)."
     )
 
 

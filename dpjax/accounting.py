@@ -1,7 +1,9 @@
 """Privacy accounting: the accountant pytree, Gaussian budgets, conversions.
 
-Privacy model (``spec-newton.md`` section 1): add/remove neighbours, with two
-running totals that live inside optimizer states:
+Privacy model: ``n`` public and neighbours differing in one row, zero-out (the
+default) or replace-one for the full-batch and streaming methods
+(:mod:`dpjax._neighbouring`), add/remove for the Poisson-subsampled ones; two
+running totals live inside optimizer states:
 
 * rho-zCDP (Bun & Steinke 2016, arXiv 1605.02065) of the full-batch Gaussian
   mechanisms. Rho composes additively; the noise scale of every such

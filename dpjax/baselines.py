@@ -5,8 +5,16 @@ sections 2.3-2.6 and 7. Data: ``x [n, d]`` with every row norm ``<= L``
 (``row_norm_bound``, 1 under the dpjax contract; pass ``sqrt(2)`` for rows
 that got an intercept after unit normalisation), labels ``y`` in {-1, +1}.
 With ``||x_i|| <= L`` each example's logistic loss is ``L``-Lipschitz and
-``L^2/4``-smooth, and its Hessian ``c(z) x x^T`` is rank 1 with Frobenius
+``L^2/4``-smooth, and its Hessian ``c(z) x x^T`` is rank 1, PSD, with Frobenius
 (= operator) norm ``<= L^2/4``.
+
+Neighbouring relations (``neighbouring=`` of the iterative baselines;
+:mod:`dpjax._neighbouring`), ``n`` public: ``"zero-out"`` (the default) replaces
+one row by the null row (zero gradient and Hessian), ``"replace-one"`` by any
+row, which doubles the gradient's sensitivity (``2L/n``) and multiplies the
+Hessian's Frobenius sensitivity by ``sqrt(2)`` (``sqrt(2) L^2/(4n)``: two PSD
+terms have ``<A, A'>_F >= 0``). AOP is calibrated for replace-one (its
+objective perturbation budgets ``2L/n``), which covers zero-out too.
 
 =========================  ========  ==========================================
 baseline                   private?  why
@@ -36,8 +44,9 @@ for rows of norm ``sqrt(2)`` and smoothness 1 instead of ``L^2/4`` (here both
 come from ``row_norm_bound``), its ``theta = 0`` output for eps >~ 10.1 (here
 the budget split is moved back inside the analysed region, see :func:`aop`),
 its data-dependent retries with a larger gradient tolerance (here ``gamma`` is
-public and fixed, and an unconverged minimiser raises), and its global numpy
-reseeding with 8 bits of entropy (here a JAX key).
+public and fixed, and a backstop with a guaranteed step count certifies the
+minimiser; see :func:`aop` for the data-independent failure mode), and its
+global numpy reseeding with 8 bits of entropy (here a JAX key).
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ import optax
 from jax import lax
 
 from dpjax import _common
+from dpjax import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import noise
@@ -177,7 +187,7 @@ def aop_calibration(
      used ``beta = 1`` and ``L = 1`` on rows of norm ``sqrt(2)``).
   3. ``sigma_obj = (2L/n)(1 + sqrt(2 ln(1/delta_obj))) / eps_p``: ``b`` has
      sensitivity ``2L/n`` (one example's gradient ``/ n`` changes by at most
-     ``2L/n`` under replacement, ``L/n`` under add/remove with ``n`` public).
+     ``2L/n`` under replacement, ``L/n`` under zero-out with ``n`` public).
   4. ``sigma_out = (2 n gamma / Lambda)(1 + sqrt(2 ln(1/delta_out))) / eps_out``.
 
   **Large epsilon.** The reference code (and the public benchmark it was taken
@@ -264,27 +274,44 @@ def _sigmoid(t: np.ndarray) -> np.ndarray:
 
 
 def _minimize_perturbed(a: np.ndarray, ridge: float, b: np.ndarray, gamma: float,
-                        max_iter: int) -> tuple[np.ndarray, float, int]:
-  """Newton's method on ``F(t) = mean softplus(-a t) + ridge/2 ||t||^2 + <b, t>``, float64.
+                        max_iter: int, smoothness: float) -> tuple[np.ndarray, bool]:
+  """A certified approximate minimiser of ``F(t) = mean softplus(-a t) + ridge/2 ||t||^2 + <b, t>``.
 
-  ``F`` is ``ridge``-strongly convex, so the Hessian is positive definite and
-  the Newton step is a descent direction; the step length is the largest of
-  ``1, 1/2, ...`` with a non-positive directional derivative (exact even when
-  loss differences are below rounding). Stops once the float64 gradient norm
-  is ``<= gamma / 2`` (the factor 2 absorbs the gradient's own rounding,
-  ~1e-16 relative); returns ``(theta, ||grad F(theta)||, iterations)``.
+  Float64 throughout; returns ``(theta, certified)``, ``certified`` meaning
+  that the float64 gradient norm at ``theta`` is ``<= gamma / 2`` (the factor
+  2 absorbs the gradient's own rounding, ~1e-16 relative).
+
+  1. Newton's method from 0, at most ``max_iter`` steps. ``F`` is
+     ``ridge``-strongly convex, so the Hessian is positive definite and the
+     Newton step is a descent direction; the step length is the largest of
+     ``1, 1/2, ...`` with a non-positive directional derivative (exact even
+     when loss differences are below rounding).
+  2. If that is not certified: Nesterov's accelerated gradient method for a
+     ``mu = ridge``-strongly convex, ``L = smoothness + ridge``-smooth
+     function (Bubeck 2015, "Convex Optimization: Algorithms and Complexity",
+     Foundations and Trends in ML, Thm. 3.18), started at Newton's last point
+     ``t_s``, for ``K = 1 + ceil(sqrt(k) ln(64 k (k + 1) g_s^2 / gamma^2))``
+     steps, ``k = L / mu``, ``g_s = ||grad F(t_s)||`` (as computed). The
+     theorem gives ``F(y_K) - F* <= (mu + L)/2 ||t_s - t*||^2 e^{-(K-1)/sqrt(k)}``;
+     with ``||t_s - t*|| <= ||grad F(t_s)|| / mu`` (strong convexity; the
+     computed ``g_s`` is taken to be within a factor 2 of the true one) and
+     ``||grad F||^2 <= 2 L (F - F*)``, the true gradient norm at ``y_K`` is
+     ``<= gamma / 4`` in exact arithmetic, for every dataset meeting the
+     contract and every ``b``. The check can then fail only through rounding.
+
+  Stops as soon as a point is certified.
   """
   n, d = a.shape
-  t = np.zeros(d)
+  target = 0.5 * gamma
 
   def grad_at(t):
     return -(a.T @ _sigmoid(-(a @ t))) / n + ridge * t + b
 
+  t = np.zeros(d)
   g = grad_at(t)
-  for it in range(1, max_iter + 1):
-    gnorm = float(np.linalg.norm(g))
-    if gnorm <= 0.5 * gamma:
-      return t, gnorm, it - 1
+  for _ in range(max_iter):
+    if float(np.linalg.norm(g)) <= target:
+      return t, True
     m = a @ t
     s = _sigmoid(-m)
     aw = a * np.sqrt(s * (1.0 - s) / n)[:, None]
@@ -301,15 +328,43 @@ def _minimize_perturbed(a: np.ndarray, ridge: float, b: np.ndarray, gamma: float
       eta *= 0.5
     t = t + eta * step
     g = grad_at(t)
-  gnorm = float(np.linalg.norm(g))
-  if gnorm <= 0.5 * gamma:
-    return t, gnorm, max_iter
-  raise RuntimeError(
-      f"AOP's minimiser did not reach ||grad|| <= gamma/2 = {0.5 * gamma:.3g} in "
-      f"max_iter={max_iter} Newton steps (||grad|| = {gnorm:.3g}). The output noise is "
-      "calibrated to gamma, so an unconverged point cannot be released: increase max_iter, "
-      "or pass a larger (public) gamma."
-  )
+  if float(np.linalg.norm(g)) <= target:
+    return t, True
+  return _accelerated_backstop(grad_at, t, gamma, strong_convexity=ridge,
+                               smoothness=smoothness + ridge)
+
+
+def _accelerated_backstop(grad_at: Any, start: np.ndarray, gamma: float, *,
+                          strong_convexity: float, smoothness: float) -> tuple[np.ndarray, bool]:
+  """Step 2 of :func:`_minimize_perturbed`: ``(point, certified)`` from any ``start``.
+
+  Nesterov's accelerated gradient method for a ``mu``-strongly convex,
+  ``L``-smooth function with gradient ``grad_at`` (Bubeck 2015, Thm. 3.18:
+  ``y_{s+1} = x_s - grad(x_s) / L``, ``x_{s+1} = (1 + m) y_{s+1} - m y_s``,
+  ``m = (sqrt(k) - 1)/(sqrt(k) + 1)``, ``k = L / mu``), for the step count
+  that brings the true gradient norm to ``<= gamma / 4`` in exact arithmetic
+  (see :func:`_minimize_perturbed`); stops at the first point whose float64
+  gradient norm is ``<= gamma / 2``.
+  """
+  target = 0.5 * gamma
+  g_norm = float(np.linalg.norm(grad_at(start)))
+  if g_norm <= target:
+    return start, True
+  if not math.isfinite(g_norm):
+    return start, False
+  kappa = smoothness / strong_convexity
+  root = math.sqrt(kappa)
+  budget = 1 + math.ceil(root * max(
+      0.0, math.log(64.0 * kappa * (kappa + 1.0)) + 2.0 * math.log(g_norm / gamma)))
+  momentum = (root - 1.0) / (root + 1.0)
+  x_s, y_prev = start, start  # Bubeck's x_1 = y_1.
+  for _ in range(budget):
+    y = x_s - grad_at(x_s) / smoothness
+    if float(np.linalg.norm(grad_at(y))) <= target:
+      return y, True
+    x_s = (1.0 + momentum) * y - momentum * y_prev
+    y_prev = y
+  return y_prev, False
 
 
 def _host_key(key: Any) -> jax.Array:
@@ -335,19 +390,44 @@ def aop(
   """Approximate minima perturbation (AOP/AMP; Iyengar et al. 2019; spec 2.5).
 
   **Private: yes, (epsilon, delta)-DP** (replace-one neighbours, hence also
-  add/remove with ``n`` public); it is not a zCDP mechanism and charges no
+  zero-out, with ``n`` public); it is not a zCDP mechanism and charges no
   accountant. With the constants of :func:`aop_calibration`:
 
-  1. draw ``b ~ N(0, sigma_obj^2 I)`` and ``u ~ N(0, sigma_out^2 I)`` from ``key``;
-  2. minimise ``F(theta) = (1/n) sum_i log(1 + exp(-y_i <x_i, theta>))
-     + (Lambda / (2n)) ||theta||^2 + <b, theta>`` with a deterministic float64
-     Newton method from 0 until ``||grad F|| <= gamma / 2`` (checked; raises
-     ``RuntimeError`` rather than release an unconverged point);
-  3. release ``theta + u``.
+  1. draw ``b ~ N(0, sigma_obj^2 I)`` from ``key`` (float64, with a density, as
+     the objective-perturbation proof needs: :func:`dpjax.noise.perturbation_vector`);
+  2. find ``theta`` with ``||grad F(theta)|| <= gamma`` for ``F(theta) = (1/n)
+     sum_i log(1 + exp(-y_i <x_i, theta>)) + (Lambda / (2n)) ||theta||^2 + <b,
+     theta>``, deterministically in float64: Newton's method from 0 (at most
+     ``max_iter`` steps), then, if needed, an accelerated-gradient backstop
+     whose step count guarantees the bound in exact arithmetic
+     (:func:`_minimize_perturbed`); a point counts as certified when its
+     float64 gradient norm is ``<= gamma / 2``;
+  3. release ``theta + u`` if ``theta`` is certified, else ``u`` alone, with
+     ``u ~ N(0, sigma_out^2 I)`` added by the floating-point-safe
+     :func:`dpjax.noise.add_gaussian` (sensitivity ``2 n gamma / Lambda``).
 
   The privacy argument needs ``||x_i|| <= L = row_norm_bound`` (validated,
   with no tolerance) and the logistic loss's true constants: ``L``-Lipschitz,
   ``L^2/4``-smooth, rank-1 Hessians.
+
+  **Failure mode (data-independent).** The proof (Iyengar, Near, Song,
+  Thakkar, Thakurta, Wang 2019, "Towards Practical Differentially Private
+  Convex Optimization", IEEE S&P) holds for any released point whose
+  gradient norm is ``<= gamma``, however it was found; an uncertified point
+  is not covered, and neither is an error raised only on some datasets,
+  which would itself reveal the data. Here no data-dependent event is
+  visible: the call always returns ``[d]`` values, and ``info`` holds only
+  public values (the calibration, no gradient norm, no iteration count).
+  The backstop makes the uncertified branch empty in exact arithmetic for
+  every dataset that meets the contract and every ``b``, so it can be taken
+  only when float64 rounding of the gradient exceeds ``gamma / 4`` (a
+  ``gamma`` near float64 resolution). That branch releases ``0 + u``: the
+  starting point plus the same output noise, independent of the data. If
+  ``eta = sup_D P_b(uncertified | D)``, the mechanism coincides outside that
+  event with AMP run on a certified point (the exact minimiser, say), which
+  is (epsilon, delta)-DP, so it is (epsilon, delta + (1 + e^epsilon) eta)-DP;
+  ``eta = 0`` in exact arithmetic. (The running time still depends on the
+  data, as for every method here; timing is outside the model.)
 
   Args:
     x: float array ``[n, d]``, rows of norm ``<= row_norm_bound``.
@@ -357,39 +437,46 @@ def aop(
     key: int seed or typed JAX PRNG key (concrete).
     row_norm_bound: ``L``, the public bound on row norms.
     eps_frac, eps_out_frac, gamma: see :func:`aop_calibration`.
-    max_iter: Newton iterations allowed (>= 1).
+    max_iter: Newton steps before the accelerated-gradient backstop (>= 1);
+      affects the running time only, never privacy or the bound reached.
 
   Returns:
-    ``(theta_private [d] float64, info)``; ``info`` holds the calibration
-    (``AOPCalibration._asdict()``), ``grad_norm`` (the achieved float64 norm),
-    ``iterations`` and ``private=True``.
+    ``(theta_private [d] float64, info)``; ``info`` holds public values only:
+    the calibration (``AOPCalibration._asdict()``), ``max_iter`` and
+    ``private=True``.
 
   Raises:
-    ValueError, TypeError: bad data (row norms, labels), budget or options.
-    RuntimeError: the minimiser did not reach the gradient bound.
+    ValueError, TypeError: bad data (row norms, labels), budget or options,
+      before any work. Never after the noise is drawn.
 
   Examples:
     >>> from dpjax import baselines, data
     >>> x, y = data.synthetic(0, n=500, d=4)
     >>> theta, info = baselines.aop(x, y, epsilon=1.0, key=0)
-    >>> theta.shape, info["private"], bool(info["grad_norm"] <= info["gamma"])
-    ((4,), True, True)
+    >>> theta.shape, info["private"], "grad_norm" in info
+    ((4,), True, False)
   """
   n, d = _check_data(x, y, row_norm_bound)
   cal = aop_calibration(n, epsilon, delta, row_norm_bound=row_norm_bound, eps_frac=eps_frac,
                         eps_out_frac=eps_out_frac, gamma=gamma)
   max_iter = _validate.positive_int(max_iter, "max_iter")
   key = _host_key(key)
-  with jax.enable_x64(True):
-    z = np.asarray(jax.device_get(jax.random.normal(key, (2, d), jnp.float64)), np.float64)
-  b = cal.sigma_obj * z[0]
-  out_noise = cal.sigma_out * z[1]
+  key_obj, key_out = jax.random.split(key)
+  b = noise.perturbation_vector(key_obj, d, cal.sigma_obj)
   x64 = np.asarray(jax.device_get(x), np.float64)
   y64 = np.asarray(jax.device_get(y), np.float64)
   a = y64[:, None] * x64
-  theta, gnorm, iters = _minimize_perturbed(a, cal.big_lambda / n, b, cal.gamma, max_iter)
-  info = {**cal._asdict(), "grad_norm": gnorm, "iterations": iters, "private": True}
-  return theta + out_noise, info
+  theta, certified = _minimize_perturbed(a, cal.big_lambda / n, b, cal.gamma, max_iter,
+                                         cal.smoothness)
+  # Uncertified (float64 rounding only, see above): the data-independent fallback 0 + u.
+  # The output perturbation is the release: through the exact sampler, sensitivity
+  # 2 n gamma / Lambda (the approximate minimisers' distance bound) at std sigma_out.
+  with jax.enable_x64(True):
+    released = np.asarray(jax.device_get(noise.add_gaussian(
+        key_out, jnp.asarray(theta if certified else np.zeros(d), jnp.float64),
+        sensitivity=2.0 * n * cal.gamma / cal.big_lambda, noise_std=cal.sigma_out)), np.float64)
+  info = {**cal._asdict(), "max_iter": max_iter, "private": True}
+  return released, info
 
 
 # ----------------------------------------------------------------------------
@@ -403,30 +490,41 @@ def damped_newton_noise(
     *,
     grad_frac: float = 0.7,
     row_norm_bound: float = 1.0,
+    neighbouring: str = "zero-out",
 ) -> tuple[Any, Any]:
   """``(sigma_g, sigma_H)``: the damped-Newton noise stds of one step (spec 2.4).
 
   ``rho_g = grad_frac rho_t``, ``rho_H = (1 - grad_frac) rho_t``;
-  ``sigma_g = (L/n) / sqrt(2 rho_g)`` (each example's gradient has norm
-  ``<= L``) and ``sigma_H = (L^2/(4n)) / sqrt(2 rho_H)``: one example moves the
-  mean Hessian by ``c(z) x x^T / n`` of Frobenius norm ``<= L^2/(4n)``, and the
-  symmetrised noise of :func:`dpjax.noise.add_gaussian_symmetric` is exactly
-  ``||D||_F^2 / (2 sigma_H^2)``-zCDP for a change ``D``.
+  ``sigma_g = (f_g L/n) / sqrt(2 rho_g)`` and ``sigma_H = (f_H L^2/(4n)) /
+  sqrt(2 rho_H)``. Zero-out (``f_g = f_H = 1``): one example moves the mean
+  gradient by ``<= L/n`` and the mean Hessian by ``c(z) x x^T / n``, of
+  Frobenius norm ``<= L^2/(4n)``. Replace-one: the gradients of two rows differ
+  by ``<= 2L`` (``f_g = 2``), and two PSD terms ``A, A'`` of Frobenius norm
+  ``<= L^2/4`` differ by ``||A - A'||_F = sqrt(||A||_F^2 + ||A'||_F^2 - 2 <A,
+  A'>_F) <= sqrt(2) L^2/4`` since ``<A, A'>_F = tr(A A') >= 0`` (``f_H =
+  sqrt(2)``). The symmetrised noise of :func:`dpjax.noise.add_gaussian_symmetric`
+  is exactly ``||D||_F^2 / (2 sigma_H^2)``-zCDP for a change ``D``.
 
   Examples:
     >>> from dpjax import baselines
     >>> sg, sh = baselines.damped_newton_noise(1000, 0.01)
     >>> round(sg, 8), round(sh, 8)
     (0.00845154, 0.00322749)
+    >>> sg2, sh2 = baselines.damped_newton_noise(1000, 0.01, neighbouring="replace-one")
+    >>> sg2 / sg, round(sh2 / sh, 12)
+    (2.0, 1.414213562373)
   """
   n = _validate.positive_int(n, "n")
   rho_t = _common.budget_value(rho_per_step, "rho_per_step")
   gamma = _validate.float_in_open_interval(grad_frac, "grad_frac", 0.0, 1.0)
   lip = _validate.positive_float(row_norm_bound, "row_norm_bound")
+  f_g = _neighbouring.vector_factor(neighbouring)
+  f_h = _neighbouring.psd_frobenius_factor(neighbouring)
   rho_g = gamma * rho_t
   rho_h = rho_t - rho_g
-  return (accounting.gaussian_sigma(lip / n, rho_g),
-          accounting.gaussian_sigma(lip * lip / (4.0 * n), rho_h))
+  # The one place where the damped-Newton noise scales are derived (docstring).
+  return (accounting.gaussian_sigma(f_g * lip / n, rho_g),
+          accounting.gaussian_sigma(f_h * lip * lip / (4.0 * n), rho_h))
 
 
 class DampedNewtonState(NamedTuple):
@@ -448,13 +546,16 @@ def _damped_step_size(beta: jax.Array) -> jax.Array:
 
 
 def _damped_newton(*, n, rho, steps, rho_per_step, grad_frac, min_eigenvalue, step_size,
-                   row_norm_bound, key, disable_noise_for_testing, name):
+                   row_norm_bound, key, neighbouring, disable_noise_for_testing, name):
   n = _validate.positive_int(n, "n")
   rho_step, steps = _common.per_step_budget(rho, steps, rho_per_step)
   lam = _validate.positive_float(min_eigenvalue, "min_eigenvalue")
   sigma_g, sigma_h = damped_newton_noise(n, rho_step, grad_frac=grad_frac,
-                                         row_norm_bound=row_norm_bound)
+                                         row_norm_bound=row_norm_bound,
+                                         neighbouring=neighbouring)
   lip = float(row_norm_bound)
+  sens_g = _neighbouring.vector_factor(neighbouring) * lip / n
+  sens_h = _neighbouring.psd_frobenius_factor(neighbouring) * lip * lip / (4.0 * n)
   key = _common.canonical_key(key)
   on = 0.0 if _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing") else 1.0
 
@@ -484,11 +585,10 @@ def _damped_newton(*, n, rho, steps, rho_per_step, grad_frac, min_eigenvalue, st
     h = jnp.asarray(curvature_matrix, dt)
     ok = _common.gate(state.count, steps, name)
     new_key, k_g, k_h = jax.random.split(state.key, 3)
-    # Gradient: sensitivity L/n, budget grad_frac * rho_t.
-    g_noisy = noise.add_gaussian(k_g, g, sensitivity=lip / n, noise_std=on * sigma_g)
-    # Hessian: Frobenius sensitivity L^2/(4n), budget (1 - grad_frac) * rho_t.
-    h_noisy = noise.add_gaussian_symmetric(k_h, h, sensitivity=lip * lip / (4.0 * n),
-                                           noise_std=on * sigma_h)
+    # Gradient: sensitivity f_g L/n, budget grad_frac * rho_t.
+    g_noisy = noise.add_gaussian(k_g, g, sensitivity=sens_g, noise_std=on * sigma_g)
+    # Hessian: Frobenius sensitivity f_H L^2/(4n), budget (1 - grad_frac) * rho_t.
+    h_noisy = noise.add_gaussian_symmetric(k_h, h, sensitivity=sens_h, noise_std=on * sigma_h)
     acc = accounting.charge(state.accountant, rho_step,  # Where both noises are drawn.
                             slack=on * (noise.tv_slack(g) + noise.tv_slack(h)))
     direction = spectral.modified_solve(h_noisy, g_noisy, lam, "clip")
@@ -522,6 +622,7 @@ def damped_newton(
     min_eigenvalue: float = 1e-5,
     row_norm_bound: float = 1.0,
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """Damped Newton of Avella-Medina et al. 2021 as run in the paper (spec 2.4). NOT PRIVATE.
@@ -548,6 +649,8 @@ def damped_newton(
     min_eigenvalue: eigen-clip floor of ``H~`` (1e-5, the Jul-2023 reference).
     row_norm_bound: ``L``, the bound on row norms (``sigma`` scales).
     key: int seed or typed PRNG key.
+    neighbouring: the relation the noise is calibrated for (as in
+      :func:`damped_newton_private`, whose noise this matches).
     disable_noise_for_testing: no noise at all. For tests only.
 
   Returns:
@@ -567,7 +670,7 @@ def damped_newton(
   """
   return _damped_newton(n=n, rho=rho, steps=steps, rho_per_step=rho_per_step,
                         grad_frac=grad_frac, min_eigenvalue=min_eigenvalue, step_size="oracle",
-                        row_norm_bound=row_norm_bound, key=key,
+                        row_norm_bound=row_norm_bound, key=key, neighbouring=neighbouring,
                         disable_noise_for_testing=disable_noise_for_testing,
                         name="damped_newton")
 
@@ -583,16 +686,19 @@ def damped_newton_private(
     step_size: float | str = "noisy-decrement",
     row_norm_bound: float = 1.0,
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """A private damped Newton method with the noises of Avella-Medina et al. (spec 2.4).
 
-  **Private: yes, rho-zCDP** (add/remove neighbours, ``n`` public). Each step
-  releases ``g~ = g + N(0, sigma_g^2 I)`` (sensitivity ``L/n``, budget
-  ``grad_frac rho_t``) and ``H + (E + E^T)/2`` (Frobenius sensitivity
-  ``L^2/(4n)``, budget ``(1 - grad_frac) rho_t``), charged to the accountant
-  where they are drawn; everything else is post-processing of those releases
-  and public constants:
+  **Private: yes, rho-zCDP** (``n`` public; ``neighbouring="zero-out"``, the
+  default, or ``"replace-one"``). Each step releases ``g~ = g + N(0, sigma_g^2
+  I)`` (sensitivity ``L/n``; ``2L/n`` for replace-one; budget ``grad_frac
+  rho_t``) and ``H + (E + E^T)/2`` (Frobenius sensitivity ``L^2/(4n)``;
+  ``sqrt(2) L^2/(4n)`` for replace-one, two PSD rank-one terms; budget ``(1 -
+  grad_frac) rho_t``), calibrated by :func:`damped_newton_noise` and charged to
+  the accountant where they are drawn; everything else is post-processing of
+  those releases and public constants:
 
   * ``H~ = eigclip(H + (E + E^T)/2, min_eigenvalue)``, direction ``p = H~^{-1} g~``;
   * ``step_size="noisy-decrement"`` (default): the paper's damping
@@ -611,6 +717,8 @@ def damped_newton_private(
     step_size: ``"noisy-decrement"`` or a public constant in (0, 1].
     row_norm_bound: ``L``.
     key: int seed or typed PRNG key.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"`` (gradient noise
+      x 2, Hessian noise x sqrt(2)).
     disable_noise_for_testing: no noise at all (NOT private). For tests only.
 
   Returns:
@@ -640,7 +748,7 @@ def damped_newton_private(
       raise ValueError(f"step_size must be in (0, 1] (a damped Newton step), got {step_size!r}.")
   return _damped_newton(n=n, rho=rho, steps=steps, rho_per_step=rho_per_step,
                         grad_frac=grad_frac, min_eigenvalue=min_eigenvalue, step_size=step_size,
-                        row_norm_bound=row_norm_bound, key=key,
+                        row_norm_bound=row_norm_bound, key=key, neighbouring=neighbouring,
                         disable_noise_for_testing=disable_noise_for_testing,
                         name="damped_newton_private")
 
@@ -673,12 +781,14 @@ def dp_gd_oracle(
     armijo: float = 0.4,
     min_step: float = 1e-6,
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """DP-GD-Oracle: noisy gradient, step size by a line search on the TRUE loss. NOT PRIVATE.
 
   **Private: no** (spec 2.3; the paper's Fig. 3 diagnostic). The gradient
-  release ``g~ = g + N(0, sigma^2 I)``, ``sigma = (L/n) / sqrt(2 rho_t)``, is
+  release ``g~ = g + N(0, sigma^2 I)``, ``sigma = (f L/n) / sqrt(2 rho_t)``
+  (``f = 1`` for ``neighbouring="zero-out"``, 2 for ``"replace-one"``), is
   a Gaussian mechanism (charged), but the step size is chosen by Armijo
   backtracking on the noise-free loss, a data-dependent choice paid for by no
   noise. ``update(g, state, params, *, x, y)``: starting at ``eta =
@@ -695,6 +805,8 @@ def dp_gd_oracle(
     row_norm_bound: ``L``.
     initial_step, shrink, armijo, min_step: the line search.
     key: int seed or typed PRNG key.
+    neighbouring: the relation the gradient noise is calibrated for (as
+      :func:`dpjax.transforms.dp_gd`).
     disable_noise_for_testing: no gradient noise. For tests only.
 
   Returns:
@@ -720,7 +832,8 @@ def dp_gd_oracle(
   min_step = _validate.positive_float(min_step, "min_step")
   if min_step > eta0:
     raise ValueError(f"min_step={min_step!r} must be <= initial_step={eta0!r}.")
-  sigma = accounting.gaussian_sigma(lip / n, rho_step)
+  sens = _neighbouring.vector_factor(neighbouring) * lip / n
+  sigma = accounting.gaussian_sigma(sens, rho_step)
   key = _common.canonical_key(key)
   on = 0.0 if _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing") else 1.0
 
@@ -744,7 +857,7 @@ def dp_gd_oracle(
     dt = g.dtype
     ok = _common.gate(state.count, steps, "dp_gd_oracle")
     new_key, k_g = jax.random.split(state.key)
-    g_noisy = noise.add_gaussian(k_g, g, sensitivity=lip / n, noise_std=on * sigma)
+    g_noisy = noise.add_gaussian(k_g, g, sensitivity=sens, noise_std=on * sigma)
     acc = accounting.charge(state.accountant, rho_step, slack=on * noise.tv_slack(g))
     loss0 = glm.logistic_loss(w, x, y)
     slope = armijo * jnp.vdot(g_noisy, g)
@@ -791,7 +904,8 @@ class BaselineResult(NamedTuple):
     info: details: ``name``, ``why`` (the privacy statement), ``steps``,
       ``rho_spent`` (read from the accountant), ``guard_resets``,
       ``step_sizes`` ([steps] eta per step) for the iterative ones; the
-      calibration, ``grad_norm`` and ``iterations`` for AOP.
+      calibration and ``max_iter`` for AOP (public values only: nothing
+      about how its minimiser converged).
   """
 
   params: np.ndarray
@@ -953,10 +1067,7 @@ def run_baseline(
                         row_norm_bound=row_norm_bound, **options)
       outs.append(theta)
       infos.append(info)
-    info = {"name": name, "why": _WHY[name], **infos[0]}
-    if batched:
-      info["grad_norm"] = [i["grad_norm"] for i in infos]
-      info["iterations"] = [i["iterations"] for i in infos]
+    info = {"name": name, "why": _WHY[name], **infos[0]}  # public: the same for every key
     params = np.stack(outs) if batched else outs[0]
     return BaselineResult(params, None, True, float(epsilon), float(delta), None, info)
 

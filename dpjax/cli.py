@@ -3,13 +3,23 @@
 Subcommands:
 
 * ``fit``: one private training run (:func:`dpjax.fit`) on a LIBSVM file
-  (paper preprocessing, ``dpjax.data.load_libsvm``) or on the built-in
-  ``synthetic`` data; prints a one-line summary, and can write a JSON record
-  (``--json FILE``) and the excess loss against the step as an image
-  (``--plot FILE``, needs matplotlib).
+  (``dpjax.data.load_libsvm``: each row scaled on its own by default;
+  ``--preprocess paper`` is the paper's non-private standardization;
+  ``--standardize LOWER,UPPER`` a private one, :mod:`dpjax.standardize`,
+  charged to the run's budget) or on the built-in ``synthetic`` data; prints
+  a one-line summary, and can write a JSON record (``--json FILE``) and the
+  excess loss against the step as an image (``--plot FILE``, needs
+  matplotlib).
 * ``demo``: no arguments needed. Compares DP-GD with the four double-noise
   Newton variants at eps in {0.1, 1, 10} on the built-in synthetic data and
-  prints a table of excess loss (mean +- s.e.) and run time.
+  prints a table of excess loss (mean +- s.e.) and run time. The data is
+  fixed (``--data-seed``, default 0); the noise is fresh by default, as in
+  ``fit`` (``--seed`` makes the table reproducible).
+
+Seeds: ``--seed`` defaults to a fresh key from OS entropy (``secrets``), the
+private choice. A given seed reproduces the run bit for bit and is recorded in
+``fit --json`` (``"seed"``, ``null`` when fresh), but a seed anyone else knows
+voids the guarantee: the noise can be regenerated and subtracted.
 
 Bad arguments print a one-line error and exit with status 2 (never a
 traceback); this includes errors found by ``fit``'s own validation and
@@ -49,8 +59,9 @@ _JSON_FIELDS = (
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
     "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
     "curvature_evaluations", "options", "auto_reason", "batch_size", "loss", "private",
-    "curvature_batch_size",
+    "curvature_batch_size", "seed", "neighbouring",
 )
+# `seed` is the explicit --seed (null: a fresh key from OS entropy, nothing recorded).
 
 # Command-line flag -> transform option of `fit` (passed only when given).
 _OPTION_FLAGS = {
@@ -96,10 +107,33 @@ def _load(args: argparse.Namespace):
     return data.synthetic(args.data_seed), f"synthetic(seed={args.data_seed})"
   if not os.path.isfile(args.data):
     raise _UsageError(f"--data {args.data!r}: no such file (pass a LIBSVM file or 'synthetic')")
+  preprocess = {} if args.preprocess is None else {"preprocess": args.preprocess}
+  if args.standardize is not None:  # the private standardization needs the raw features
+    if args.preprocess not in (None, "none"):
+      raise _UsageError(f"--standardize reads the raw features; remove --preprocess "
+                        f"{args.preprocess}")
+    preprocess = {"preprocess": "none"}
   ds = data.load_libsvm(
-      args.data, n_features=args.n_features, positive_label=args.positive_label
+      args.data, n_features=args.n_features, positive_label=args.positive_label, **preprocess
   )
   return ds, os.path.basename(args.data)
+
+
+def _standardizer(args: argparse.Namespace):
+  """``--standardize LOWER,UPPER`` -> a ``dpjax.standardize.PrivateStandardizer`` (or None)."""
+  if args.standardize is None:
+    if args.standardize_share is not None:
+      raise _UsageError("--standardize-share applies with --standardize LOWER,UPPER only")
+    return None
+  from dpjax import standardize
+
+  try:
+    lower, upper = (float(v) for v in args.standardize.split(","))
+  except ValueError:
+    raise _UsageError(f"--standardize {args.standardize!r}: expected LOWER,UPPER, the public "
+                      "bounds of every feature, e.g. --standardize 0,1") from None
+  share = {} if args.standardize_share is None else {"budget_share": args.standardize_share}
+  return standardize.PrivateStandardizer(bounds=(lower, upper), **share)
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -120,7 +154,11 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
   from dpjax import training as fit_lib
 
   bar.update(f"load {args.data if args.data == 'synthetic' else os.path.basename(args.data)}")
+  if args.data == "synthetic" and args.preprocess is not None:
+    raise _UsageError("--preprocess applies to LIBSVM files only, not to --data synthetic")
+  standardizer = _standardizer(args)
   ds, name = _load(args)
+  extra_std = {} if standardizer is None else {"standardize": standardizer}
   options = {k: getattr(args, k) for k in _OPTION_FLAGS if getattr(args, k) is not None}
   extra = {}
   if args.curvature_batch_size is not None:
@@ -132,7 +170,7 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
       ds, args.algorithm, epsilon=args.epsilon, rho=args.rho, delta=args.delta,
       steps=args.steps, repeats=args.repeats, seed=args.seed, accounting=args.accounting,
       init=args.init, average=args.average, batch_size=args.batch_size, loss=args.loss,
-      **extra, **options,
+      neighbouring=args.neighbouring, **extra, **extra_std, **options,
   )
   if outputs:
     bar.update("write " + ", ".join(os.path.basename(f) for f in outputs))
@@ -147,25 +185,47 @@ def _fit_run(args: argparse.Namespace, bar: ProgressBar, outputs: list, plot_for
     label += f" ({res.loss})"
   if not res.private:
     label += " [NOT PRIVATE: a non-private baseline]"
+  if res.neighbouring != "zero-out":
+    label += f" [{res.neighbouring} neighbours]"
+  paper = args.preprocess == "paper" and args.data != "synthetic"
+  if paper:
+    label += " [NOT PRIVATE: paper preprocessing, columns standardized with the data's own stats]"
+  if standardizer is not None:
+    label += (f" + private standardization (rho {res.standardization.rho:.3g} of the total, "
+              f"bounds {args.standardize})")
   rho_text = "n/a" if res.rho is None else f"{res.rho:.6g}"
   print(
       f"{label} on {name} (n={res.n}, d={res.d}): eps={res.epsilon:.4g} "
       f"delta={res.delta:.3g} rho={rho_text} ({res.accounting}), T={res.steps}, "
       f"output {res.average}, {res.repeats} repeats: excess loss {res.excess_loss_mean:.4g} +- "
       f"{res.excess_loss_se:.2g} (loss* {res.loss_star:.6f}); compile {res.seconds_compile:.2f} s, "
-      f"run {res.seconds_run:.3f} s; guard resets {resets}"
+      f"run {res.seconds_run:.3f} s; guard resets {resets}; {_noise_text(res.seed)}"
   )
   if args.json is not None:
     record = {}
     for field in _JSON_FIELDS:
       value = getattr(res, field)
       record[field] = value.tolist() if hasattr(value, "tolist") else value
+    if paper:
+      record["private"] = False
+    if standardizer is not None:
+      record["standardization"] = {
+          "rho": res.standardization.rho, "budget_share": standardizer.budget_share,
+          "bounds": [float(v) for v in args.standardize.split(",")],
+          "neighbouring": res.standardization.neighbouring}
     _write_json_atomic(args.json, record)
   if args.plot is not None:
     _common.write_atomic(args.plot,
                          lambda f: _loss_curve(res, name).savefig(f, format=plot_format))
   bar.close()
   return 0
+
+
+def _noise_text(seed) -> str:
+  """How the run's noise was drawn, for the report."""
+  if seed is None:
+    return "noise from fresh OS entropy"
+  return f"noise seed {seed} (reproducible; private only while the seed stays secret)"
 
 
 def _check_plot(args: argparse.Namespace) -> str:
@@ -250,7 +310,7 @@ def _loss_options(items: Sequence[str]) -> dict:
 def _demo(args: argparse.Namespace) -> int:
   from dpjax import data, training as fit_lib
 
-  ds = data.synthetic(args.seed, n=args.n, d=args.d)
+  ds = data.synthetic(args.data_seed, n=args.n, d=args.d)
   n, d = ds.x.shape
   epsilons = args.epsilons
   names = fit_lib.ALGORITHMS + (fit_lib.AUTO,)
@@ -277,9 +337,10 @@ def _demo(args: argparse.Namespace) -> int:
   some = next(iter(results.values()))
   print(
       f"dpjax demo: DP-GD, precond-gd, the double-noise Newton variants and auto on "
-      f"synthetic(seed={args.seed}, n={n}, d={d}); "
+      f"synthetic(seed={args.data_seed}, n={n}, d={d}); "
       f"{args.repeats} repeats from w0 = 0, delta = n^-2 = {some.delta:.0e}, "
-      f"'{some.accounting}' accounting (exact for these Gaussian mechanisms)"
+      f"'{some.accounting}' accounting (exact for these Gaussian mechanisms); "
+      f"{_noise_text(args.seed)}"
   )
   print(
       "T is fixed in advance (DP-GD 200 steps, precond-gd 40 steps with the last half averaged, "
@@ -326,6 +387,7 @@ def _build_parser() -> argparse.ArgumentParser:
                               STREAMING_ALGORITHMS)
   from dpjax.streaming import LOSSES
   from dpjax.losses import LOSSES as GENERAL_LOSSES
+  from dpjax.minibatch import NEIGHBOURING
 
   parser = _ArgumentParser(
       prog="dpjax", description="Differentially private convex optimisation in JAX."
@@ -338,8 +400,19 @@ def _build_parser() -> argparse.ArgumentParser:
       description="Runs dpjax.fit and prints a one-line summary.",
   )
   fit.add_argument("--data", required=True, metavar="PATH|synthetic",
-                   help="LIBSVM file (plain, .gz or .bz2; paper preprocessing) or 'synthetic' "
-                        "(dpjax.data.synthetic: n=10000, d=100)")
+                   help="LIBSVM file (plain, .gz or .bz2; each row scaled on its own, see "
+                        "--preprocess) or 'synthetic' (dpjax.data.synthetic: n=10000, d=100)")
+  fit.add_argument("--preprocess", choices=("per-row", "paper", "none"), default=None,
+                   help="LIBSVM: per-row (default, private: [1, x/max(1, ||x||)]/sqrt(2)), paper "
+                        "(the paper's column standardization: NOT PRIVATE, for reproducing the "
+                        "paper) or none")
+  fit.add_argument("--standardize", metavar="LOWER,UPPER", default=None,
+                   help="private standardization (dpjax.standardize) of the raw features, with "
+                        "these public bounds for every feature (values are clipped to them); "
+                        "charged to the run's budget (a negative LOWER needs the = form: "
+                        "--standardize=-1,1)")
+  fit.add_argument("--standardize-share", type=float, default=None, dest="standardize_share",
+                   help="--standardize: the share of the budget it spends (default 0.1)")
   fit.add_argument("--algorithm", required=True,
                    choices=ALGORITHMS + STREAMING_ALGORITHMS + DRIVER_ALGORITHMS + (AUTO,),
                    help="the method; 'auto' chooses a full-batch one and its steps and options "
@@ -355,9 +428,18 @@ def _build_parser() -> argparse.ArgumentParser:
   fit.add_argument("--steps", type=int, default=None,
                    help="number of steps T (m for precond-gd); required unless --algorithm auto")
   fit.add_argument("--repeats", type=int, default=1, help="independent repeats (default 1)")
-  fit.add_argument("--seed", type=int, default=0, help="seed of the noise and init (default 0)")
+  fit.add_argument("--seed", type=int, default=None,
+                   help=f"seed of the noise and init, an integer in [0, 2**{_common.SEED_BITS}): "
+                        "the run then reproduces bit for bit and the seed is recorded in "
+                        "--json, but anyone who knows it can regenerate and subtract the "
+                        "noise, which voids the privacy guarantee (default: a fresh key from "
+                        "OS entropy, the private choice)")
   fit.add_argument("--accounting", choices=accounting.METHODS, default="gaussian",
                    help="epsilon <-> rho conversion (default gaussian, exact here)")
+  fit.add_argument("--neighbouring", choices=NEIGHBOURING, default="zero-out",
+                   help="the neighbouring relation, n public: zero-out (default; one row "
+                        "replaced by a null row) or replace-one (by any row; more noise). "
+                        "dp-sgd and newton-minibatch: zero-out only")
   fit.add_argument("--init", choices=INITS, default="zeros", help="initial point (default zeros)")
   fit.add_argument("--average", choices=AVERAGES, default=None,
                    help="output: the final iterate (none) or the mean of the last half / "
@@ -421,7 +503,14 @@ def _build_parser() -> argparse.ArgumentParser:
   fit.set_defaults(func=_fit)
 
   demo = sub.add_parser("demo", help="compare DP-GD and the Newton variants on synthetic data")
-  demo.add_argument("--seed", type=int, default=0, help="data and noise seed (default 0)")
+  demo.add_argument("--seed", type=int, default=None,
+                    help=f"seed of the noise, an integer in [0, 2**{_common.SEED_BITS}): the "
+                         "table then reproduces bit for bit (a known seed voids the guarantee: "
+                         "the noise can be regenerated and subtracted); default: fresh OS "
+                         "entropy, so the excess losses vary within their standard errors "
+                         "from run to run")
+  demo.add_argument("--data-seed", type=int, default=0, dest="data_seed",
+                    help="seed of the synthetic data (default 0: the same workload every run)")
   demo.add_argument("--n", type=_positive_int, default=10_000, help="number of examples (default 10000)")
   demo.add_argument("--d", type=_positive_int, default=100, help="number of features (default 100)")
   demo.add_argument("--repeats", type=_positive_int, default=_DEMO_REPEATS,

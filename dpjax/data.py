@@ -4,8 +4,14 @@ Every dpjax optimizer assumes the contract of ``spec-newton.md`` section 1:
 rows ``||x_i||_2 <= 1`` and labels ``y_i in {-1, +1}``. This module produces
 data that meets it and checks it:
 
-* :func:`load_libsvm` reads svmlight/LIBSVM text (plain, gzip or bzip2) and can
-  apply the reference preprocessing of ``spec-newton.md`` section 5.2/5.3;
+* :func:`load_libsvm` reads svmlight/LIBSVM text (plain, gzip or bzip2) and, by
+  default, scales each row into the unit ball on its own (:func:`scale_rows`), so
+  adding or removing a row changes no other row; the paper's column
+  standardization (``spec-newton.md`` section 5.2/5.3) stays available as
+  ``preprocess="paper"``, which is not private (it warns), and
+  :mod:`dpjax.standardize` is its private replacement;
+* :func:`scale_rows` is that per-row map: clip each row to a public norm bound,
+  prepend a constant intercept, and scale into ``||x_i|| <= 1``;
 * :func:`synthetic` is the paper's generator (section 5.1, Jul-2023 code);
 * :func:`clip_rows` projects rows into a ball, exactly in the array's own dtype;
 * :func:`validate_dataset` is the eager check optimizers run at the privacy
@@ -29,10 +35,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax import leaks
 
 __all__ = [
     "Dataset",
+    "PREPROCESS",
     "load_libsvm",
+    "scale_rows",
     "synthetic",
     "clip_rows",
     "validate_dataset",
@@ -40,6 +49,20 @@ __all__ = [
 
 # Rounding fix: at most this many one-ulp shrinks per row (see _fit_in_ball).
 _MAX_ULP_SHRINKS = 8
+
+# load_libsvm's preprocessing options; the first is the default.
+PREPROCESS = ("per-row", "paper", "none")
+
+# The intercept's share of the unit row norm: rows are [1, z] / sqrt(2), ||z|| <= 1.
+_INTERCEPT = 1.0 / math.sqrt(2.0)
+
+PAPER_LEAK = (
+    "preprocess='paper' standardizes every column with the mean and standard deviation of the "
+    "private data itself, so each loaded row depends on every other row and no privacy guarantee "
+    "covers a fit on it (adding one row moves all the others). Use the default "
+    "preprocess='per-row', or dpjax.standardize.PrivateStandardizer for a private "
+    "standardization charged to the budget."
+)
 
 
 class Dataset(NamedTuple):
@@ -73,14 +96,16 @@ def _row_norms64(x: np.ndarray) -> np.ndarray:
   return np.sqrt(np.einsum("ij,ij->i", x64, x64))
 
 
-def _fit_in_ball(x: np.ndarray, bound: float) -> np.ndarray:
+def _fit_in_ball(x: np.ndarray, bound: float, first: int = 0) -> np.ndarray:
   """Shrinks rows whose float64 norm exceeds ``bound`` by one ulp at a time.
 
   ``x`` already has rows of norm ``bound`` up to the rounding of its dtype
-  (relative error ~ eps). Each pass replaces every entry of an offending row by
-  the next representable value towards zero (``numpy.nextafter``), which lowers
-  the norm by a relative ~eps/2 or more, so one or two passes suffice; at most
-  ``_MAX_ULP_SHRINKS`` are allowed. Rows within the bound are never touched.
+  (relative error ~ eps). Each pass replaces every entry (from column
+  ``first`` on, so that a constant intercept in column 0 stays constant) of an
+  offending row by the next representable value towards zero
+  (``numpy.nextafter``), which lowers the norm by a relative ~eps/2 or more,
+  so one or two passes suffice; at most ``_MAX_ULP_SHRINKS`` are allowed. Rows
+  within the bound are never touched.
   """
   x = np.array(x, copy=True)
   zero = x.dtype.type(0)
@@ -88,7 +113,7 @@ def _fit_in_ball(x: np.ndarray, bound: float) -> np.ndarray:
     over = _row_norms64(x) > bound
     if not over.any():
       return x
-    x[over] = np.nextafter(x[over], zero)
+    x[over, first:] = np.nextafter(x[over, first:], zero)
   if (_row_norms64(x) > bound).any():  # pragma: no cover - impossible for float16+
     raise AssertionError("row-norm rounding fix did not converge; please report this.")
   return x
@@ -149,6 +174,104 @@ def clip_rows(x: Any, bound: float = 1.0) -> Any:
     out[over] = scaled.astype(arr.dtype)
     out = _fit_in_ball(out, bound)
   return jnp.asarray(out) if is_jax else out
+
+
+def scale_rows(
+    x: Any,
+    *,
+    row_bound: float = 1.0,
+    intercept: bool = True,
+    dtype: Any = None,
+) -> np.ndarray:
+  """The private default preprocessing: each row mapped into the unit ball on its own.
+
+  With a public row bound ``B`` (never read from the data)::
+
+      z_i = x_i / max(B, ||x_i||_2)            so ||z_i|| <= 1,
+      out_i = [1, z_i] / sqrt(2)               (intercept=True; ||out_i||^2 = (1 + ||z_i||^2) / 2 <= 1)
+      out_i = z_i                              (intercept=False)
+
+  ``out_i`` depends on ``x_i`` and public constants only, so under any
+  neighbouring relation (adding, removing, zeroing or replacing one row) every
+  other output row is unchanged: the map is per-example preprocessing, and a
+  DP fit on ``out`` is DP with respect to ``x`` with the same guarantee.
+  Compare the paper's column standardization (``load_libsvm(...,
+  preprocess="paper")``), whose every row depends on the whole column.
+
+  Why clipping and not unit normalization: ``x / max(B, ||x||)`` is the
+  Euclidean projection onto the ball of radius ``B`` (rescaled by ``1/B``), the
+  per-example map of ``spec-newton.md`` section 5.3 and of DP-SGD's clipping
+  (Abadi et al. 2016). It is 1-Lipschitz, leaves rows inside the ball
+  untouched and keeps their relative lengths, whereas ``x / ||x||`` blows a
+  near-zero row up to unit length and is undefined at 0. On one-hot data such
+  as the LIBSVM adult sets (14 ones per row, ``||x|| = sqrt(14)``) every
+  non-zero row has norm ``>= 1``, so with ``B = 1`` both maps agree. ``B``
+  larger than 1 (say the typical norm of a row, known from the schema) keeps
+  short rows short.
+
+  Why ``[1, z] / sqrt(2)``: the intercept must be inside the contract
+  ``||x_i|| <= 1`` too. A constant intercept coordinate ``1/sqrt(2)`` (the
+  same for every row, so it is a true intercept) leaves the features half of
+  the squared norm; it is the paper's geometry (its rows are ``[1, u_i] /
+  sqrt(2)`` with ``||u_i|| = 1``), so the paper's step sizes and constants
+  keep their meaning, and ``d`` grows by one exactly as with the paper's
+  pipeline.
+
+  After the cast to ``dtype`` a row that rounding pushed above norm 1 has its
+  feature entries moved towards zero by one ulp (at most a few times; also
+  per row; the intercept entry is never moved, so it is the same in every
+  row), so every row meets :func:`validate_dataset`'s float64 check exactly.
+
+  Args:
+    x: finite float array ``[n, d]`` (numpy, or a concrete jax array).
+    row_bound: the public bound ``B > 0``.
+    intercept: prepend the constant intercept column (``d + 1`` columns).
+    dtype: float16/float32/float64 of the result; default ``x``'s dtype.
+
+  Returns:
+    numpy array ``[n, d + intercept]`` of ``dtype`` with every row norm ``<= 1``.
+
+  Raises:
+    TypeError: ``x`` is not a float array (or is traced), ``intercept`` not a
+      bool, or ``dtype`` not a float dtype.
+    ValueError: ``x`` not 2-d, empty or not finite; ``row_bound`` not > 0.
+
+  Examples:
+    >>> import numpy as np
+    >>> from dpjax import data
+    >>> x = np.array([[3., 4.], [0.3, 0.4], [0., 0.]])
+    >>> data.scale_rows(x)  # [1, x_i / max(1, ||x_i||)] / sqrt(2)
+    array([[0.70710678, 0.42426407, 0.56568542],
+           [0.70710678, 0.21213203, 0.28284271],
+           [0.70710678, 0.        , 0.        ]])
+    >>> data.scale_rows(x, row_bound=5.0, intercept=False)
+    array([[0.6 , 0.8 ],
+           [0.06, 0.08],
+           [0.  , 0.  ]])
+  """
+  if not _validate.is_concrete(x):
+    raise TypeError("scale_rows runs on the host; call it on concrete arrays outside jit/vmap.")
+  _validate.as_float_array(x, "x", ndim=2)
+  bound = _validate.positive_float(row_bound, "row_bound")
+  if not isinstance(intercept, (bool, np.bool_)):
+    raise TypeError(f"intercept must be True or False, got {type(intercept).__name__}.")
+  arr = np.asarray(jax.device_get(x))
+  dt = _check_dtype(arr.dtype if dtype is None else dtype)
+  return _scale_rows64(arr.astype(np.float64), bound, bool(intercept), dt)
+
+
+def _scale_rows64(x: np.ndarray, bound: float, intercept: bool, dt: np.dtype) -> np.ndarray:
+  """:func:`scale_rows` on a float64 array, after its checks."""
+  z = x / np.maximum(bound, _row_norms64(x))[:, None]
+  if intercept:
+    out = np.empty((z.shape[0], z.shape[1] + 1), dtype=np.float64)
+    out[:, 0] = 1.0
+    out[:, 1:] = z
+    out *= _INTERCEPT
+  else:
+    out = z
+  # The intercept (1/sqrt(2) rounded: its square is <= 1/2 + ulp) is never shrunk.
+  return _fit_in_ball(out.astype(dt), 1.0, first=int(intercept))
 
 
 # ----------------------------------------------------------------------------
@@ -278,7 +401,7 @@ def _parse_libsvm(path: str, text: str):
 
 
 def _paper_preprocess(x: np.ndarray) -> np.ndarray:
-  """Reference preprocessing (spec-newton.md 5.2 + 5.3), in float64.
+  """Reference preprocessing (spec-newton.md 5.2 + 5.3), in float64. NOT PRIVATE.
 
   StandardScaler (population std; a constant column becomes 0) -> each non-zero
   row scaled to unit norm -> prepend a column of ones -> divide each row by
@@ -308,7 +431,8 @@ def load_libsvm(
     path: os.PathLike | str,
     *,
     n_features: int | None = None,
-    preprocess: str = "paper",
+    preprocess: str = "per-row",
+    row_bound: float = 1.0,
     positive_label: float | None = None,
     dtype: Any = np.float32,
 ) -> Dataset:
@@ -319,26 +443,45 @@ def load_libsvm(
   files are accepted (detected from their first bytes, not their name). Only
   numpy and the standard library are used.
 
-  Preprocessing (``spec-newton.md`` sections 5.2 and 5.3):
+  Preprocessing (``preprocess``, one of :data:`PREPROCESS`):
 
-  * ``"paper"``: the reference pipeline, computed in float64. Standardize each
-    column (mean 0, population std as ``sklearn.preprocessing.StandardScaler``;
-    a constant column, ``max == min``, becomes 0); scale each non-zero row to
-    unit L2 norm; prepend an intercept column of ones; divide each row by
-    ``max(1, ||row||)``. Rows are therefore ``[1, u_i] / sqrt(2)`` with
-    ``||u_i|| = 1``, and ``[1, 0, ..., 0]`` for rows that are zero after
-    standardization. ``x`` has ``n_features + 1`` columns. After the cast to
-    ``dtype``, a row whose float64 norm rounding pushed above 1 is moved
-    towards zero one ulp per entry (at most a few ulps in all), so every row
-    satisfies ``||x_i|| <= 1`` exactly as :func:`validate_dataset` checks it.
-  * ``"none"``: the features as read (dense, ``n_features`` columns).
+  * ``"per-row"`` (default, private): :func:`scale_rows` with the public
+    ``row_bound`` ``B``: each row becomes ``[1, x_i / max(B, ||x_i||)] /
+    sqrt(2)``, computed in float64, so ``x`` has ``n_features + 1`` columns and
+    every row norm is ``<= 1``. Each output row depends on its own input row
+    only: adding a line to the file changes no other loaded row, so a DP fit
+    on the result is DP for the file's rows. For a standardization with a
+    privacy guarantee load with ``"none"`` and use
+    :class:`dpjax.standardize.PrivateStandardizer` (e.g. through
+    ``dpjax.fit(..., standardize=...)``).
+  * ``"paper"`` (**not private**; issues :class:`dpjax.PrivacyLeakWarning`):
+    the reference pipeline of ``spec-newton.md`` sections 5.2/5.3, computed
+    in float64. Standardize each column with the data's own mean and
+    population std (as ``sklearn.preprocessing.StandardScaler``; a constant
+    column, ``max == min``, becomes 0); scale each non-zero row to unit L2
+    norm; prepend an intercept column of ones; divide each row by ``max(1,
+    ||row||)``. Rows are therefore ``[1, u_i] / sqrt(2)`` with ``||u_i|| =
+    1``, and ``[1, 0, ..., 0]`` for rows that are zero after standardization.
+    ``x`` has ``n_features + 1`` columns. The column statistics are read
+    from the private data without noise: one added row moves every other
+    row, and a fit's sensitivities no longer hold (the gradient sum can move
+    by more than its bound of 1). Use it only to reproduce the paper.
+  * ``"none"``: the features as read (dense, ``n_features`` columns), e.g.
+    the input of a private standardization.
+
+  After the cast to ``dtype``, a row whose float64 norm rounding pushed above
+  1 is moved towards zero one ulp per entry (at most a few ulps in all), so
+  every row satisfies ``||x_i|| <= 1`` exactly as :func:`validate_dataset`
+  checks it.
 
   Args:
     path: file path.
     n_features: number of features ``d``; defaults to the largest index
       present. Pass it explicitly when train/test splits must agree (the
       LIBSVM a1a test split has index 123, the training split only 119).
-    preprocess: ``"paper"`` or ``"none"``.
+    preprocess: ``"per-row"`` (default), ``"paper"`` (not private) or ``"none"``.
+    row_bound: ``"per-row"`` only: the public row-norm bound ``B > 0``
+      (default 1, the projection of ``spec-newton.md`` section 5.3).
     positive_label: if given, this label becomes +1 and every other label -1
       (e.g. ``positive_label=1`` for phishing's 0/1 labels). If ``None``, the
       labels must already be -1/+1.
@@ -364,14 +507,21 @@ def load_libsvm(
            [0., 1., 0.]], dtype=float32)
     >>> ds.y
     array([ 1., -1.], dtype=float32)
-    >>> data.load_libsvm(path).x.shape  # paper preprocessing adds an intercept
-    (2, 4)
+    >>> data.load_libsvm(path).x  # per-row: [1, x_i / max(1, ||x_i||)] / sqrt(2)
+    array([[0.70710677, 0.6324555 , 0.        , 0.31622776],
+           [0.70710677, 0.        , 0.70710677, 0.        ]], dtype=float32)
   """
   if not isinstance(path, (str, os.PathLike)):
     raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}.")
   if n_features is not None:
     n_features = _validate.positive_int(n_features, "n_features")
-  preprocess = _validate.choice(preprocess, "preprocess", ("paper", "none"))
+  preprocess = _validate.choice(preprocess, "preprocess", PREPROCESS)
+  row_bound = _validate.positive_float(row_bound, "row_bound")
+  if row_bound != 1.0 and preprocess != "per-row":
+    raise ValueError(
+        f"row_bound={row_bound!r} applies to preprocess='per-row' only, not to "
+        f"preprocess={preprocess!r}; remove row_bound."
+    )
   if positive_label is not None:
     if isinstance(positive_label, bool) or not isinstance(positive_label, numbers.Real):
       raise TypeError(
@@ -417,7 +567,10 @@ def load_libsvm(
 
   x = np.zeros((labels.shape[0], n_features), dtype=np.float64)
   x[rows, cols - 1] = values
-  if preprocess == "paper":
+  if preprocess == "per-row":
+    x = _scale_rows64(x, row_bound, True, dt)
+  elif preprocess == "paper":
+    leaks.warn(PAPER_LEAK)
     x = _fit_in_ball(_paper_preprocess(x).astype(dt), 1.0)
   else:
     x = x.astype(dt)

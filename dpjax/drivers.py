@@ -92,7 +92,7 @@ _POISSON_OPTIONS = {
     "newton-minibatch": ("min_eigenvalue", "modification", "curvature", "noise_ratio_hess",
                          "overflow_prob"),
 }
-_CUBIC_OPTIONS = ("mu", "radius", "max_inner_steps")
+_CUBIC_OPTIONS = ("mu", "radius", "max_inner_steps", "neighbouring")
 DEFAULT_CUBIC_RADIUS = 10.0
 
 
@@ -182,11 +182,15 @@ def _output(trajectory: np.ndarray, average: str) -> np.ndarray:
   return trajectory[:, -window:].astype(np.float64).mean(axis=1).astype(trajectory.dtype)
 
 
-def _run_compiled(one_repeat: Callable, x: np.ndarray, y: np.ndarray, repeats: int, seed: int,
-                  timing_runs: int, placement: Any = None) -> tuple[Any, float, float]:
+def _run_compiled(one_repeat: Callable, x: np.ndarray, y: np.ndarray, repeats: int,
+                  seed: int | None, timing_runs: int, placement: Any = None
+                  ) -> tuple[Any, float, float]:
   """``jit(vmap(one_repeat))`` over the repeats' keys; ``x``, ``y`` sharded as ``placement``
-  (:func:`dpjax._common.data_placement`: the caller's multi-device sharding) or on one device."""
-  keys = _common.place_replicated(jax.random.split(jax.random.key(seed), repeats), placement)
+  (:func:`dpjax._common.data_placement`: the caller's multi-device sharding) or on one device.
+
+  The keys split ``dpjax._common.run_key(seed)``: fresh OS entropy for ``None``.
+  """
+  keys = _common.place_replicated(jax.random.split(_common.run_key(seed), repeats), placement)
   args = (keys, *_common.place_data(x, y, placement))
   jax.block_until_ready(args)
   fn = jax.jit(jax.vmap(one_repeat, in_axes=(0, None, None)))
@@ -355,6 +359,8 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
                 strong_convexity=consts.strong_convexity, radius=radius)
   if options.get("max_inner_steps") is not None:
     kwargs["max_inner_steps"] = options["max_inner_steps"]
+  if "neighbouring" in options:
+    kwargs["neighbouring"] = options["neighbouring"]
   transforms.cubic_newton(key=0, **kwargs)  # eager checks.
 
   def one_repeat(key, x, y):
@@ -441,7 +447,7 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
 def _baseline(x, y, algorithm, *, rho, epsilon, delta, steps, repeats, seed, accounting,
               timing_runs, average, guard_radius, options, optimum) -> Run:
   n, d = x.shape
-  keys = jax.random.split(jax.random.key(seed), repeats)
+  keys = jax.random.split(_common.run_key(seed), repeats)
   kw = dict(epsilon=epsilon, rho=rho, delta=delta, accounting_method=accounting, **options)
   if algorithm != "aop":
     kw.update(steps=steps, guard_radius=guard_radius)
@@ -481,14 +487,16 @@ def _baseline(x, y, algorithm, *, rho, epsilon, delta, steps, repeats, seed, acc
 
 
 def run(data: Any, algorithm: str, *, epsilon: float | None, rho: float | None,
-        delta: float | None, steps: int | None, repeats: int, seed: int, accounting: str,
+        delta: float | None, steps: int | None, repeats: int, seed: int | None, accounting: str,
         timing_runs: int, average: str | None, batch_size: int | None,
         curvature_batch_size: int | None, loss: str, loss_options: dict | None,
         guard_radius: float, options: dict, optimum: Callable) -> Run:
   """Validates and runs one of :data:`ALGORITHMS` (or a general-loss fit); see :func:`dpjax.fit`.
 
   ``optimum(x, y) -> (loss_star, ridge)`` is the logistic optimum that
-  :func:`dpjax.fit` caches. Every check runs before any compilation.
+  :func:`dpjax.fit` caches. ``seed``: ``None`` (fresh OS entropy) or an int in
+  ``[0, 2**64)``, as in :func:`dpjax.fit`. Every check runs before any
+  compilation.
   """
   general = loss != "logistic"
   if general:
@@ -518,6 +526,7 @@ def run(data: Any, algorithm: str, *, epsilon: float | None, rho: float | None,
       raise ValueError(f"steps is required for algorithm {algorithm!r}: pass steps=<T>.")
     steps = _validate.positive_int(steps, "steps")
   repeats = _validate.positive_int(repeats, "repeats")
+  seed = None if seed is None else _common.check_seed(seed, "seed")
   timing_runs = _validate.positive_int(timing_runs, "timing_runs")
   guard_radius = _validate.positive_float(guard_radius, "guard_radius")
   average = _validate.choice("none" if average is None else average, "average",

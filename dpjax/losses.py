@@ -11,11 +11,33 @@ norm) and a public ridge ``mu`` (``regularization``). The objective is
 
 Privacy does not rest on the data contract: :func:`newton_step_inputs`
 clips every example's gradient to ``L0`` and Hessian to ``L1`` (through
-:func:`dpjax.per_example.mean_grad_and_hessian`), so with ``n`` public one
-example moves the mean gradient by ``<= L0/n`` and the mean Hessian by
-``<= L1/n`` whatever the data (add/remove neighbours, spec section 1). The
-ridge's gradient ``mu w`` and Hessian ``mu I`` depend on no example, so they
-are added after clipping, without noise. The contract (``||x|| <= 1`` and the
+:func:`dpjax.per_example.mean_grad_and_hessian`), whatever the data. With
+``n`` public, the relation is the ``neighbouring`` argument of
+:func:`dpjax.dp_newton` / :func:`dpjax.dp_gd` (:mod:`dpjax._neighbouring`):
+
+* ``"zero-out"`` (the default): one row becomes the null row, which
+  contributes zero gradient and zero Hessian. For every loss here the null
+  row is ``x = 0``: a GLM term ``phi(<w, x>, y)`` at ``x = 0`` is a constant
+  in ``w`` (gradient ``phi' x = 0``, Hessian ``phi'' x x^T = 0``, for any
+  label; so is the QU surrogate, whose Hessian is ``c x x^T``). One example
+  then moves the mean gradient by ``<= L0/n`` and the mean Hessian by
+  ``<= L1/n`` (Frobenius). For a hand-built :class:`Loss` whose term is not
+  constant at ``x = 0`` (e.g. a per-example intercept or ridge inside
+  ``example_loss``), the null row is not ``x = 0``: zero-out then means
+  "the row is absent but ``n`` still counts it", and ``replace-one`` is the
+  relation that covers swapping in a real row.
+* ``"replace-one"``: one row becomes any other. Two clipped gradients differ
+  by ``<= 2 L0`` (the gradient noise doubles); two clipped Hessians are PSD
+  (each example's loss is convex in ``w``: ``phi'' >= 0`` for every loss
+  here, and clipping only scales), so by :mod:`dpjax._neighbouring` their
+  difference has operator norm ``<= L1`` and their traces differ by ``<=
+  sqrt(d) L1``: Newton-add's direction sensitivity stays ``L1 / (n lam^2)``
+  and the trace sensitivity ``sqrt(d) L1 / n``. A hand-built loss must be
+  convex per example for this (and for the zero-out proof of ``add``).
+
+The ridge's gradient ``mu w`` and Hessian ``mu I`` depend on no example, so they
+are added after clipping, without noise, and cancel in every difference
+between neighbours. The contract (``||x|| <= 1`` and the
 label bounds below) only guarantees that clipping never triggers, so that the
 clipped objective IS ``F`` and the fits converge to its optimum.
 

@@ -147,6 +147,7 @@ __all__ = [
     "MAX_MULTIPLIER",
     "add_gaussian",
     "add_gaussian_symmetric",
+    "perturbation_vector",
     "effective_std",
     "tv_slack",
     "tv_per_coordinate",
@@ -258,12 +259,6 @@ def table() -> Table:
   return Table(rows=rows, weights=tuple(w), tv=tv)
 
 
-@functools.lru_cache(maxsize=None)
-def _host_columns() -> tuple[np.ndarray, ...]:
-  rows = table().rows
-  return tuple(np.ascontiguousarray(rows[:, i]) for i in range(4))
-
-
 def _s_equiv_squared_max() -> float:
   l = MAX_MULTIPLIER
   return float(TABLE_SIGMA**2 * (l * l * (l * l + 1) + 1))
@@ -339,7 +334,7 @@ def plan(noise_std: float, sensitivity: float, size: int) -> Plan:
   Raises:
     ValueError: the release needs more integer resolution than the sampler has
       (``c >= S_MAX``: an enormous ``size`` at a tiny budget), or ``noise_std``
-      is outside ``[2^-100, 2^100]``.
+      is outside ``[2^-90, 2^90]``.
 
   Examples:
     >>> from dpjax import noise
@@ -348,9 +343,9 @@ def plan(noise_std: float, sensitivity: float, size: int) -> Plan:
     (-31, True)
   """
   sigma, delta = float(noise_std), float(sensitivity)
-  if not (2.0**-100 <= sigma <= 2.0**100):
+  if not (2.0**-90 <= sigma <= 2.0**90):
     raise ValueError(
-        f"noise_std must be in [2^-100, 2^100] for the exact sampler, got {sigma!r}."
+        f"noise_std must be in [2^-90, 2^90] for the exact sampler, got {sigma!r}."
     )
   c = math.sqrt(size) * sigma / delta
   if c >= 0.5 * S_MAX:
@@ -384,10 +379,10 @@ def _plan_in_graph(sigma: jax.Array, delta: jax.Array, size: int):
   feasible = (c < 0.5 * s_max) & (sigma > 0) & jnp.isfinite(sigma)
   room = jnp.where(feasible, s_max - c, s_max)
   e = jnp.ceil(jnp.log2(jnp.where(feasible, sigma, 1.0) / room)).astype(jnp.int32)
-  e = jnp.clip(e, -126, 100)
-  e = jnp.where(jnp.ldexp(sigma, -e) + c > s_max, e + 1, e)
-  e = jnp.where(jnp.ldexp(sigma, -(e - 1)) + c <= s_max, e - 1, e)
-  s_needed = jnp.ldexp(sigma, -e) + c
+  e = jnp.clip(e, -117, 117)
+  e = jnp.where(sigma * _pow2(-e, f32) + c > s_max, e + 1, e)
+  e = jnp.where(sigma * _pow2(1 - e, f32) + c <= s_max, e - 1, e)
+  s_needed = sigma * _pow2(-e, f32) + c
   feasible = feasible & (s_needed >= f32(S_MIN))
   s2 = f32(TABLE_SIGMA**2)
   q = jnp.maximum(s_needed * s_needed * f32(1 + _GRAPH_MARGIN) / s2, 1.0)
@@ -405,11 +400,18 @@ def _plan_in_graph(sigma: jax.Array, delta: jax.Array, size: int):
 # ----------------------------------------------------------------------------
 
 
-def _draw(idx_word, u0, u1, u2, cols):
-  """One alias draw per element: the bucket's atom if ``u < threshold``, else its alias."""
-  idx = (idx_word & jnp.uint32((1 << TABLE_BITS) - 1)).astype(jnp.int32)
-  t0, t1, t2, al = (c.at[idx].get(mode="promise_in_bounds") for c in cols)
-  lt = (u0 < t0) | ((u0 == t0) & ((u1 < t1) | ((u1 == t1) & (u2 < t2))))
+def _draws(bits: jax.Array) -> jax.Array:
+  """Three alias draws per element from 12 words: ``(3, *shape)`` int32 atoms.
+
+  Word ``j`` of draw ``i`` is ``bits[3 j + i]``: word 0 picks the bucket, words
+  1-3 are a 96-bit uniform compared with the bucket's threshold; below it the
+  bucket's atom, else its alias. One gather serves the three draws.
+  """
+  b = bits.reshape((4, 3) + bits.shape[1:])
+  idx = (b[0] & jnp.uint32((1 << TABLE_BITS) - 1)).astype(jnp.int32)
+  rows = jnp.asarray(table().rows).at[idx].get(mode="promise_in_bounds")  # (3, *shape, 4)
+  t0, t1, t2, al = rows[..., 0], rows[..., 1], rows[..., 2], rows[..., 3]
+  lt = (b[1] < t0) | ((b[1] == t0) & ((b[2] < t1) | ((b[2] == t1) & (b[3] < t2))))
   return jnp.where(lt, idx, al.astype(jnp.int32)) - _HALF_WIDTH
 
 
@@ -426,14 +428,21 @@ def integer_noise(key: jax.Array, shape: tuple[int, ...], l1: Any, l2: Any) -> j
     >>> r.dtype, r.shape
     (dtype('int32'), (4,))
   """
-  cols = tuple(jnp.asarray(c) for c in _host_columns())  # constants of the program
-  b = jax.random.bits(key, (_NUM_WORDS,) + tuple(shape), jnp.uint32)
-  c = _draw(b[0], b[1], b[2], b[3], cols)
-  f1 = _draw(b[4], b[5], b[6], b[7], cols)
-  f2 = _draw(b[8], b[9], b[10], b[11], cols)
+  atoms = _draws(jax.random.bits(key, (_NUM_WORDS,) + tuple(shape), jnp.uint32))
   l1 = jnp.asarray(l1, jnp.int32)
   l2 = jnp.asarray(l2, jnp.int32)
-  return l2 * (l1 * c + f1) + f2
+  return l2 * (l1 * atoms[0] + atoms[1]) + atoms[2]
+
+
+def _pow2(e: Any, dtype: Any) -> Any:
+  """``2^e`` exactly: a Python float for a host exponent, else built from its bits (normal range)."""
+  if isinstance(e, int):
+    return float(2.0**e)
+  if np.dtype(dtype) == np.float64:
+    bits = (jnp.asarray(e, jnp.int64) + 1023) << 52
+    return jax.lax.bitcast_convert_type(bits, jnp.float64)
+  bits = (jnp.asarray(e, jnp.int32) + 127) << 23
+  return jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
 def _release_leaf(key, v, e, l1, l2):
@@ -441,13 +450,14 @@ def _release_leaf(key, v, e, l1, l2):
   out_dtype = v.dtype
   wide = out_dtype == jnp.float64
   work = jnp.float64 if wide else jnp.float32
-  x = jnp.ldexp(v.astype(work), -e)  # exact: a power-of-two scaling.
-  x = jnp.where(jnp.isnan(x), 0.0, jnp.clip(x, -(2.0**62), 2.0**62))
+  x = v.astype(work) * _pow2(-e, work)
+  x = jnp.where(jnp.isnan(x), 0.0, jnp.clip(x, -(2.0**62), 2.0**62))  # exact: 2^-e scaling
   a = jnp.round(x)
   r = integer_noise(key, v.shape, l1, l2)
+  up = _pow2(e, work)
   if wide:
     m = a + r.astype(jnp.float64)  # both exact; the sum is correctly rounded: a function of a + r.
-    return jnp.ldexp(m, e).astype(out_dtype)
+    return (m * up).astype(out_dtype)
   # float32: |a| = hi 2^32 + lo exactly (|a| has 24 significant bits), then a
   # 64-bit two's-complement integer (hi, lo) to which r is added with carry.
   mag = jnp.abs(a)
@@ -464,7 +474,7 @@ def _release_leaf(key, v, e, l1, l2):
   m_lo = jnp.where(neg, jnp.uint32(0) - s_lo, s_lo)
   m_hi = jnp.where(neg, -s_hi - (s_lo != 0).astype(jnp.int32), s_hi)
   mag_m = m_hi.astype(jnp.float32) * jnp.float32(2.0**32) + m_lo.astype(jnp.float32)
-  return jnp.ldexp(jnp.where(neg, -mag_m, mag_m), e).astype(out_dtype)
+  return (jnp.where(neg, -mag_m, mag_m) * up).astype(out_dtype)
 
 
 # ----------------------------------------------------------------------------
@@ -653,3 +663,27 @@ def effective_std(value: Any, *, sensitivity: float, noise_std: float) -> float:
   if float(noise_std) == 0.0:
     return 0.0
   return plan(float(noise_std), float(sensitivity), _size(leaves)).std
+
+
+def perturbation_vector(key: jax.Array, d: int, std: float) -> np.ndarray:
+  """``b ~ N(0, std^2 I_d)`` in float64, for objective perturbation (host numpy).
+
+  The one Gaussian draw that is not a release: objective perturbation
+  (Chaudhuri, Monteleoni & Sarwate 2011; Iyengar et al. 2019) adds ``<b,
+  theta>`` to the objective and its proof is a change of variables that
+  needs ``b`` to have a density, which a lattice cannot give. ``b`` itself is
+  never released; the mechanism's output is released through
+  :func:`add_gaussian` (the output perturbation), so what leaves the
+  mechanism is on a public grid. Drawn in float64 (53-bit mantissa) from the
+  key.
+
+  Examples:
+    >>> import jax
+    >>> from dpjax import noise
+    >>> noise.perturbation_vector(jax.random.key(0), 3, 1.0).dtype
+    dtype('float64')
+  """
+  with jax.enable_x64(True):
+    z = jax.random.normal(key, (int(d),), jnp.float64)
+    return float(std) * np.asarray(jax.device_get(z), np.float64)
+

@@ -5,11 +5,13 @@ module serves any twice-differentiable per-example loss, as needed for the
 general convex losses of spec-newton.md section 4.6 (Remark 5.5): each
 example's gradient is clipped to L2 norm ``<= grad_norm_bound`` and each
 example's Hessian to norm ``<= curvature_norm_bound`` (scaling by
-``min(1, bound / norm)``). With n public (spec-newton.md section 1,
-add/remove neighbours) adding or removing one example then moves the mean
-gradient by at most ``grad_norm_bound / n`` in L2 and the mean Hessian by at
-most ``curvature_norm_bound / n`` in the chosen norm (Frobenius, or spectral
-with ``curvature_norm="spectral"``).
+``min(1, bound / norm)``). With n public, replacing one example by the null
+example (zero-out, :mod:`dpjax._neighbouring`) then moves the mean gradient
+by at most ``grad_norm_bound / n`` in L2 and the mean Hessian by at most
+``curvature_norm_bound / n`` in the chosen norm (Frobenius, or spectral with
+``curvature_norm="spectral"``); replacing it by any other example moves the
+gradient by at most twice that, and a PSD Hessian by at most ``sqrt(2)``
+times that in Frobenius norm (once in spectral norm).
 
 Per-example quantities come from ``vmap`` of ``jax.value_and_grad`` and
 ``jax.hessian`` over chunks of ``chunk_size`` examples inside ``lax.scan``,
@@ -147,8 +149,8 @@ def mean_grad_and_hessian(
 
   ``loss_fn(params, example)`` returns the scalar loss of ONE example, where
   ``example`` is ``batch`` with the leading axis (n) indexed away. The means
-  divide by the public constant n (spec-newton.md section 1: add/remove
-  neighbours, n public). Examples are processed ``chunk_size`` at a time in a
+  divide by the public constant n (the neighbouring relations of
+  :mod:`dpjax._neighbouring` keep n fixed). Examples are processed ``chunk_size`` at a time in a
   ``lax.scan``; when ``chunk_size`` does not divide n the last chunk is padded
   with copies of the last example and masked out, so results do not depend on
   ``chunk_size`` beyond float rounding.

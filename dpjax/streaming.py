@@ -440,12 +440,14 @@ def stream_order(key: jax.Array, n: int, steps: int, batch_size: int) -> jax.Arr
   return jax.random.permutation(key, n)[:steps * batch_size].reshape(steps, batch_size)
 
 
-def execute(plan: StreamPlan, *, rho: float, seed: int, timing_runs: int) -> dict:
+def execute(plan: StreamPlan, *, rho: float, seed: int | None, timing_runs: int) -> dict:
   """Compiles and runs ``plan`` (all repeats in one ``jit`` of a ``vmap``); host arrays out.
 
-  Repeat ``r`` uses ``jax.random.split(jax.random.key(seed), repeats)[r]``,
-  split into the data order's key (a fresh permutation of the examples; the
-  first ``T b`` are used) and the transform's key.
+  The run's key is ``dpjax._common.run_key(seed)``: fresh OS entropy for
+  ``seed=None``, else every bit of the int seed (:func:`dpjax.fit`). Repeat
+  ``r`` uses ``jax.random.split(key, repeats)[r]``, split into the data
+  order's key (a fresh permutation of the examples; the first ``T b`` are
+  used) and the transform's key.
   """
   x, y, d, b, steps = plan.x, plan.y, plan.d, plan.batch_size, plan.steps
 
@@ -459,7 +461,7 @@ def execute(plan: StreamPlan, *, rho: float, seed: int, timing_runs: int) -> dic
                                           average=plan.average, loss=plan.loss)
     return out, w_last, losses, state
 
-  keys = _common.place_replicated(jax.random.split(jax.random.key(seed), plan.repeats),
+  keys = _common.place_replicated(jax.random.split(_common.run_key(seed), plan.repeats),
                                   plan.placement)
   args = (keys, *_common.place_data(x, y, plan.placement))  # sharded as the caller's x, or not.
   jax.block_until_ready(args)

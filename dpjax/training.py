@@ -32,6 +32,7 @@ import numpy as np
 import optax
 
 from dpjax import _common
+from dpjax import _neighbouring
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
 from dpjax import auto as auto_lib
@@ -39,7 +40,9 @@ from dpjax import budget as budget_lib
 from dpjax import data as data_lib
 from dpjax import drivers
 from dpjax import glm
+from dpjax import leaks
 from dpjax import solve
+from dpjax import standardize as standardize_lib
 from dpjax import streaming
 from dpjax import transforms
 from dpjax.transforms import averaging
@@ -157,11 +160,28 @@ class FitResult(NamedTuple):
     loss: ``"logistic"``; ``"least_squares"`` for a streaming algorithm; a
       :data:`dpjax.losses.LOSSES` name for a general-loss fit;
       ``"l2_logistic"`` for ``"cubic-newton"``.
-    private: False only for the non-private baselines ``"damped-newton"`` and
+    private: False for the non-private baselines ``"damped-newton"`` and
       ``"dp-gd-oracle"`` (:mod:`dpjax.baselines`), whose step sizes read the
-      data without noise; their ``epsilon`` then only describes the noise.
+      data without noise, and for any run with
+      ``disable_noise_for_testing=True`` (no noise at all; it also emits
+      :class:`dpjax.PrivacyLeakWarning`); ``epsilon`` then only describes the
+      budget the noise would have had.
     curvature_batch_size: the expected curvature sample of
       ``"newton-minibatch"``; 0 otherwise.
+    seed: the explicit ``seed`` the run was given (it reproduces the run bit
+      for bit, and anyone who knows it can regenerate the noise), or ``None``:
+      the key came from fresh OS entropy and nothing about it was recorded.
+    neighbouring: the neighbouring relation the guarantee holds for, with
+      ``n`` public: ``"zero-out"`` (the default; one row replaced by the null
+      row, which contributes nothing) or ``"replace-one"`` (by any row). The
+      Poisson methods (``"dp-sgd"``, ``"newton-minibatch"``) are accounted
+      for adding or removing one example, which covers zero-out (a null row
+      adds nothing to any sampled sum) but not replace-one; AOP is calibrated
+      for replace-one, which covers both.
+    standardization: with ``fit(..., standardize=...)``, the released
+      :class:`dpjax.standardize.Standardization` (its ``rho`` is included in
+      ``rho``, ``epsilon`` and ``rho_spent``; apply it to test rows with its
+      ``transform``); else ``None``.
 
   ``rho`` is ``None`` for the runs not calibrated in zCDP: the RDP-accounted
   Poisson methods (``accounting == "rdp"``, ``epsilon`` is the calibration
@@ -207,6 +227,9 @@ class FitResult(NamedTuple):
   loss: str = "logistic"
   private: bool = True
   curvature_batch_size: int = 0
+  seed: int | None = None
+  neighbouring: str = "zero-out"
+  standardization: Any = None
 
 
 def _digest(a: np.ndarray) -> str:
@@ -259,12 +282,9 @@ def optimum_loss(x: Any, y: Any) -> tuple[float, float]:
   return value
 
 
-def _check_seed(seed: Any) -> int:
-  if isinstance(seed, bool) or not isinstance(seed, (numbers.Integral, np.integer)):
-    raise TypeError(f"seed must be an integer, got {type(seed).__name__}.")
-  if not 0 <= int(seed) < 2**32:
-    raise ValueError(f"seed must be in [0, 2**32), got {int(seed)}.")
-  return int(seed)
+def _check_seed(seed: Any) -> int | None:
+  """``None`` (fresh OS entropy) or an explicit seed, an int in ``[0, 2**64)``."""
+  return None if seed is None else _common.check_seed(seed, "seed")
 
 
 def _check_options(algorithm: str, factory: Callable, options: dict) -> None:
@@ -294,7 +314,7 @@ def fit(
     delta: float | None = None,
     steps: int | None = None,
     repeats: int = 1,
-    seed: int = 0,
+    seed: int | None = None,
     accounting: str = "gaussian",
     init: str = "zeros",
     guard_radius: float = DEFAULT_GUARD_RADIUS,
@@ -305,6 +325,8 @@ def fit(
     curvature_batch_size: int | None = None,
     loss_options: dict | None = None,
     epsilon_budget: float | None = None,
+    neighbouring: str = "zero-out",
+    standardize: standardize_lib.PrivateStandardizer | None = None,
     **algorithm_options: Any,
 ) -> FitResult:
   """Runs a private algorithm ``repeats`` times in one compiled call.
@@ -373,6 +395,15 @@ def fit(
   valid conversion. The other methods (``"cks"``, ...) are valid for any
   zCDP mechanism and give a smaller rho for the same epsilon.
 
+  **Neighbouring relation.** ``n`` is public (every mean divides by it) and
+  neighbours differ in one row: ``neighbouring="zero-out"`` (the default)
+  replaces it by the null row (``x = 0``: zero gradient, zero curvature),
+  ``"replace-one"`` by any other row. Each transform calibrates its noise to
+  the relation (:mod:`dpjax._neighbouring`; e.g. the gradient noise doubles,
+  the curvature matrix's grows by ``sqrt(2)``, the trace's does not change);
+  the result's ``neighbouring`` records it. The streaming methods take both;
+  the Poisson methods only zero-out (see :class:`FitResult`).
+
   **Budget enforcement** (:mod:`dpjax.budget`). A plan whose epsilon at
   ``delta`` (``epsilon``, or ``rho`` converted) exceeds ``epsilon_budget``
   raises :class:`dpjax.budget.BudgetExceededError` (a ``ValueError``) before
@@ -381,11 +412,45 @@ def fit(
   raises it too, and so does any repeat whose accountant reports more than
   ``epsilon`` (or the cap): a cut-short or overspent run never returns.
 
-  **Run.** Per-repeat keys are ``jax.random.split(jax.random.key(seed),
-  repeats)``; each is split into an init key and the transform's key, so
-  repeats are independent and the whole result is reproducible from
-  ``seed``. ``init="zeros"`` starts at 0; ``"random-unit"`` at a uniformly
-  random unit vector per repeat (public randomness, as the reference code).
+  **Randomness and seeds.** The guarantee holds only if nobody can
+  regenerate the noise. With ``seed=None`` (the default) the run's key is
+  drawn from the operating system's entropy source (``secrets``) and fills
+  every word of the PRNG key; nothing about it is recorded
+  (``FitResult.seed`` is ``None``), so two default calls on the same data
+  give different releases. An explicit ``seed``, an int in ``[0, 2**64)``,
+  reproduces the run bit for bit (same platform and JAX version) and is
+  recorded in ``FitResult.seed``; but a seed that anyone else knows (in a
+  script, a log, the result itself) voids the guarantee: with it the noise
+  can be regenerated and subtracted from the release. Pass one for tests,
+  debugging and benchmarks, never for a release. Every bit of the seed is
+  used (``jax.random.key`` alone keeps only the low 32 bits of an int); for
+  seeds below ``2**32`` the key equals ``jax.random.key(seed)``, so results
+  made with such seeds before reproduce.
+
+  **Private standardization** (:mod:`dpjax.standardize`). With
+  ``standardize=PrivateStandardizer(bounds=..., budget_share=s)`` the data is
+  raw features (e.g. ``load_libsvm(path, preprocess="none")``; the row-norm
+  contract is then checked after the standardization). The total budget
+  (``epsilon`` or ``rho`` at ``delta``) is resolved first; ``s * rho`` releases
+  the DP column means and standard deviations (public ``bounds``, values
+  clipped to them), each row is standardized with them and scaled into the
+  unit ball on its own, and the algorithm runs on those rows with the
+  remaining ``(1 - s) * rho``. Released once per call, shared by all
+  repeats. The result's ``rho``, ``epsilon`` and ``rho_spent`` are the
+  pipeline's totals and ``standardization`` holds the release. Only the
+  zCDP-accounted full-batch ``ALGORITHMS`` and ``"auto"`` take it.
+
+  **Run.** Per-repeat keys are ``jax.random.split(key, repeats)`` of the
+  run's key; each is split into an init key and the transform's key, so
+  repeats are independent. ``init="zeros"`` starts at 0; ``"random-unit"``
+  at a uniformly random unit vector per repeat (public randomness, as the
+  reference code).
+
+  **Testing without noise.** The algorithm option
+  ``disable_noise_for_testing=True`` (accepted by the transforms that have
+  it) draws no noise at all: the release is the non-private algorithm. The
+  result then says ``private=False`` and :class:`dpjax.PrivacyLeakWarning`
+  is issued.
 
   **Divergence guard.** After each update, if ``||w_{t+1}|| > guard_radius``
   or ``w_{t+1}`` is not finite, the iterate is reset to ``w_0`` (the transform
@@ -429,7 +494,10 @@ def fit(
     delta: in (0, 1); default ``1 / n**2``.
     steps: number of steps T (>= 1); omitted for ``"auto"``.
     repeats: independent runs (>= 1), vmapped.
-    seed: integer in [0, 2**32) for all randomness.
+    seed: ``None`` (default: a fresh key from OS entropy, the private
+      choice) or an integer in ``[0, 2**64)`` for all randomness, which makes
+      the run reproducible and voids the guarantee for anyone who knows it
+      (see **Randomness and seeds**).
     accounting: the (epsilon, delta) <-> zCDP conversion, one of
       ``dpjax.accounting.METHODS``.
     init: ``"zeros"`` or ``"random-unit"``.
@@ -438,8 +506,9 @@ def fit(
     timing_runs: how many times the compiled run executes (>= 1);
       ``seconds_run`` is the fastest. The first execution of a new program
       pays one-time costs (up to 3x the run on short Newton fits), so
-      benchmarks pass 2 or more. Every execution draws the same noise (same
-      keys), so the results do not depend on it.
+      benchmarks pass 2 or more. Every execution of one call uses the same
+      keys (drawn once, also for ``seed=None``), so the results do not depend
+      on it.
     average: the output rule (see **Output**), or None for the default.
     batch_size: streaming algorithms only (then required): ``b``, examples
       per step; ``steps`` defaults to ``n // b`` and ``steps * b <= n``.
@@ -451,6 +520,10 @@ def fit(
       (:func:`dpjax.losses.get_loss`, e.g. ``{"regularization": 1e-3}``).
     epsilon_budget: an optional cap (> 0) on the run's epsilon at ``delta``;
       see **Budget enforcement**.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"``; see
+      **Neighbouring relation**.
+    standardize: a :class:`dpjax.standardize.PrivateStandardizer`, or None;
+      see **Private standardization**.
     **algorithm_options: forwarded to the transform factory.
 
   Returns:
@@ -476,21 +549,65 @@ def fit(
     ([1.0, 1.0, 1.0], [0, 0, 0])
     >>> bool(res.excess_loss_mean < res.losses[0, 0] - res.loss_star)
     True
+    >>> res.seed is None  # the default: a fresh key from OS entropy, nothing recorded
+    True
   """
+  arguments = dict(locals())  # for standardize=: the same call on the standardized rows.
   # --- Eager validation: nothing below compiles or runs before it passes.
   algorithm = _validate.choice(algorithm, "algorithm",
                                ALGORITHMS + STREAMING_ALGORITHMS + DRIVER_ALGORITHMS + (AUTO,))
   loss = _validate.choice(loss, "loss",
                           tuple(dict.fromkeys(streaming.LOSSES + drivers.losses_lib.LOSSES)))
+  seed = _check_seed(seed)
+  neighbouring = _check_neighbouring(algorithm, neighbouring)
   if epsilon_budget is not None:
     _check_plan_budget(data, epsilon=epsilon, rho=rho, delta=delta, method=accounting,
                        epsilon_budget=epsilon_budget)
-  return _checked(_fit(
+  if standardize is not None:  # a private standardization first, charged to the same total
+    return standardize_lib.run_fit(fit, arguments, algorithms=ALGORITHMS + (AUTO,))
+  result = _checked(_fit(
       data, algorithm, epsilon=epsilon, rho=rho, delta=delta, steps=steps, repeats=repeats,
       seed=seed, accounting=accounting, init=init, guard_radius=guard_radius,
       timing_runs=timing_runs, average=average, batch_size=batch_size, loss=loss,
       curvature_batch_size=curvature_batch_size, loss_options=loss_options,
-      algorithm_options=algorithm_options), epsilon_budget)
+      algorithm_options=algorithm_options, neighbouring=neighbouring)._replace(
+          neighbouring=neighbouring), epsilon_budget)
+  if _noise_disabled(algorithm_options, "fit"):
+    result = result._replace(private=False)
+  return result
+
+
+def _noise_disabled(options: dict, what: str) -> bool:
+  """Whether the run drew no noise (``disable_noise_for_testing``); if so, warns.
+
+  Called after the run: the flag reached the transform (or baseline) factory,
+  which accepts only a bool. The warning points at the caller of ``what``.
+  """
+  if not bool(options.get("disable_noise_for_testing", False)):
+    return False
+  leaks.warn(f"{what}(..., disable_noise_for_testing=True) drew no noise: its release is not "
+             "differentially private (the result says private=False). Use it in tests only.",
+             stacklevel=3)
+  return True
+
+
+def _check_neighbouring(algorithm: str, neighbouring: Any) -> str:
+  """``neighbouring``, validated for ``algorithm`` (before any work)."""
+  neighbouring = _neighbouring.check(neighbouring)
+  if neighbouring == "replace-one" and algorithm in drivers.POISSON_ALGORITHMS:
+    raise ValueError(
+        f"neighbouring='replace-one' is not offered for the Poisson-subsampled {algorithm!r}: "
+        "its Renyi-DP accounting is for adding or removing one example, which covers "
+        "zero-out but not replace-one. Pass neighbouring='zero-out', or use a full-batch "
+        f"method ({', '.join(ALGORITHMS)}) or a streaming one for replace-one.")
+  return neighbouring
+
+
+def _relation_options(algorithm: str, neighbouring: str, options: dict) -> dict:
+  """``options`` plus the transform's ``neighbouring`` where it is not its default."""
+  if neighbouring == "zero-out" or algorithm == "aop":  # AOP: calibrated for replace-one.
+    return options
+  return {**options, "neighbouring": neighbouring}
 
 
 def _check_plan_budget(data, *, epsilon, rho, delta, method, epsilon_budget) -> None:
@@ -513,8 +630,10 @@ def _checked(result: FitResult, epsilon_budget: float | None) -> FitResult:
 
 def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting, init,
          guard_radius, timing_runs, average, batch_size, loss, curvature_batch_size,
-         loss_options, algorithm_options) -> FitResult:
+         loss_options, algorithm_options, neighbouring="zero-out") -> FitResult:
   """``fit`` after its name checks: dispatches to the driver, streaming or scan path."""
+  if algorithm != AUTO:  # auto: added to the options it chooses.
+    algorithm_options = _relation_options(algorithm, neighbouring, algorithm_options)
   if algorithm in DRIVER_ALGORITHMS or (
       algorithm in drivers.GENERAL_LOSS_ALGORITHMS and loss in drivers.losses_lib.LOSSES
       and loss != "logistic"):
@@ -546,7 +665,9 @@ def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounti
     choice = _auto_choice(n, d, level, accounting)
     plan = _plan(data, choice.algorithm, steps=choice.steps, repeats=repeats, seed=seed,
                  init=init, guard_radius=guard_radius, timing_runs=timing_runs,
-                 average=choice.average, options=choice.options, reason=choice.reason)
+                 average=choice.average,
+                 options=_relation_options(choice.algorithm, neighbouring, choice.options),
+                 reason=choice.reason)
   else:
     plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
                  guard_radius=guard_radius, timing_runs=timing_runs, average=average,
@@ -555,7 +676,8 @@ def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounti
                                            method=accounting)
   rho, epsilon, delta = level
   make_transform(plan.algorithm, key=0, rho=rho, **plan.kwargs)  # constructor checks, eagerly.
-  return _execute(plan, [(rho, epsilon, delta, accounting)], batched=False)[0]
+  return _execute(plan, [(rho, epsilon, delta, accounting)], batched=False,
+                  key=_common.run_key(plan.seed))[0]
 
 
 def _fit_stream(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting, init,
@@ -588,7 +710,7 @@ def _fit_stream(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, a
       opt_state=out["state"], average=plan.average,
       final_excess_losses=out["final_excess_losses"], gradient_evaluations=plan.steps,
       curvature_evaluations=0, options=dict(plan.options), auto_reason="",
-      batch_size=plan.batch_size, loss=plan.loss)
+      batch_size=plan.batch_size, loss=plan.loss, seed=seed)
 
 
 def _fit_driver(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting, init,
@@ -619,7 +741,7 @@ def _fit_driver(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, a
       curvature_evaluations=out.curvature_evaluations, options=out.options, auto_reason="",
       batch_size=int(batch_size or 0), loss=out.loss, private=out.private,
       curvature_batch_size=int(curvature_batch_size or batch_size or 0)
-      if algorithm == "newton-minibatch" else 0)
+      if algorithm == "newton-minibatch" else 0, seed=seed)
 
 
 def _auto_shape(data, steps, average, options) -> tuple[int, int]:
@@ -656,12 +778,13 @@ def fit_levels(
     delta: float | None = None,
     steps: int | None = None,
     repeats: int = 1,
-    seed: int = 0,
+    seed: int | None = None,
     accounting: str | Sequence[str] = "gaussian",
     init: str = "zeros",
     guard_radius: float = DEFAULT_GUARD_RADIUS,
     timing_runs: int = 1,
     average: str | None = None,
+    neighbouring: str = "zero-out",
     **algorithm_options: Any,
 ) -> list[FitResult]:
   """:func:`fit` at several privacy levels in one compiled program.
@@ -674,18 +797,29 @@ def fit_levels(
   and charged to its own accountant in the data's dtype (see
   :func:`dpjax.transforms.dp_gd`); ``rho_spent`` reports what was charged.
 
-  Every level uses the same ``seed``, hence the same per-repeat keys and
-  starting points as :func:`fit` with that seed: level ``i`` reproduces
+  With a ``seed``, every level uses the same per-repeat keys and starting
+  points as :func:`fit` with that seed: level ``i`` reproduces
   ``fit(..., rho=rhos[i], seed=seed)`` up to float rounding of the noise
   scales, and the levels share their random numbers (common random numbers:
   differences between levels are not blurred by independent noise draws).
+  That is for comparisons, not for release: levels that share their noise
+  ``z`` can be subtracted (``g + s1 z`` and ``g + s2 z`` give ``z``, hence the
+  un-noised ``g``), so releasing two of them is not private at any budget.
+  With ``seed=None`` (the default) every level draws its own keys from one
+  fresh key from OS entropy: independent noise, so releasing several levels
+  composes (their ``rho`` add up). Seeds are as in :func:`fit`: a given seed
+  reproduces the sweep bit for bit and is recorded in every result's
+  ``seed``, and a seed anyone else knows voids the guarantee (the noise can
+  be regenerated and subtracted).
+  ``disable_noise_for_testing=True`` gives ``private=False`` in every result
+  and emits :class:`dpjax.PrivacyLeakWarning`, as in :func:`fit`.
 
   With ``algorithm="auto"`` each level gets its own choice; levels with the
   same choice share one program, so ``seconds_*`` are per program.
 
   Args:
     data, algorithm, steps, repeats, seed, init, guard_radius, timing_runs,
-      **algorithm_options: as in :func:`fit`.
+      neighbouring, **algorithm_options: as in :func:`fit`.
     epsilons: target epsilons (each > 0), or
     rhos: total zCDP budgets (each > 0); exactly one of the two, non-empty.
     delta: in (0, 1); default ``1 / n**2``, shared by all levels.
@@ -714,12 +848,14 @@ def fit_levels(
     True
   """
   algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS + (AUTO,))
+  seed = _check_seed(seed)
+  neighbouring = _check_neighbouring(algorithm, neighbouring)
   if algorithm == AUTO:
     n, d = _auto_shape(data, steps, average, algorithm_options)
   else:
     plan = _plan(data, algorithm, steps=steps, repeats=repeats, seed=seed, init=init,
                  guard_radius=guard_radius, timing_runs=timing_runs, average=average,
-                 options=algorithm_options)
+                 options=_relation_options(algorithm, neighbouring, algorithm_options))
     n = plan.n
   if (epsilons is None) == (rhos is None):
     raise ValueError(
@@ -764,16 +900,26 @@ def fit_levels(
     groups = [
         (_plan(data, c.algorithm, steps=c.steps, repeats=repeats, seed=seed, init=init,
                guard_radius=guard_radius, timing_runs=timing_runs, average=c.average,
-               options=c.options, reason=c.reason), idx)
+               options=_relation_options(c.algorithm, neighbouring, c.options),
+               reason=c.reason), idx)
         for c, idx in by_choice.values()
     ]
   for group_plan, idx in groups:
     for i in idx:  # constructor checks, eagerly.
       make_transform(group_plan.algorithm, key=0, rho=levels[i][0], **group_plan.kwargs)
+  key = _common.run_key(seed)
+  # A seed: one key for every level and program (common random numbers). None: independent
+  # keys per level, since levels that share their noise z can be subtracted: two releases
+  # g + s1 z and g + s2 z give z, hence g, exactly.
+  level_keys = None if seed is not None else list(jax.random.split(key, len(levels)))
   results: list = [None] * len(levels)
   for group_plan, idx in groups:
-    for i, res in zip(idx, _execute(group_plan, [levels[i] for i in idx], batched=True)):
-      results[i] = res
+    for i, res in zip(idx, _execute(
+        group_plan, [levels[i] for i in idx], batched=True, key=key,
+        level_keys=None if level_keys is None else [level_keys[i] for i in idx])):
+      results[i] = res._replace(neighbouring=neighbouring)
+  if _noise_disabled(algorithm_options, "fit_levels"):
+    results = [r._replace(private=False) for r in results]
   return results
 
 
@@ -840,7 +986,7 @@ class _Plan(NamedTuple):
   d: int
   steps: int
   repeats: int
-  seed: int
+  seed: int | None  # the explicit seed, or None: a fresh key from OS entropy.
   init: str
   guard_radius: float
   timing_runs: int
@@ -988,11 +1134,16 @@ def repeat_fn(algorithm: str, kwargs: dict, *, d: int, init: str = "zeros",
   return one_repeat
 
 
-def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
+def _execute(plan: _Plan, levels: list, *, batched: bool, key: jax.Array,
+             level_keys: list | None = None) -> list[FitResult]:
   """Compiles and runs ``plan`` at ``levels`` = [(rho, epsilon, delta, method)].
 
   ``batched=False`` (one level) closes over the Python ``rho``: exact host
   calibration and charges. ``batched=True`` vmaps over a traced ``rho``.
+  ``key`` is the run's key (``_common.run_key(plan.seed)``), split over the
+  repeats and shared by every level (common random numbers); or, with
+  ``level_keys`` (one key per level), level ``i``'s repeats split
+  ``level_keys[i]`` instead: independent noise in every level.
   """
   d, init, release_every = plan.d, plan.init, plan.release_every
   x, y = plan.x, plan.y
@@ -1008,8 +1159,7 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
     curvature = _ALGORITHM_SPECS[plan.algorithm][2]
     return glm.logistic_grad_and_curvature(jnp.zeros((d,), x.dtype), x, y, curvature)[2]
 
-  keys = _common.place_replicated(jax.random.split(jax.random.key(plan.seed), plan.repeats),
-                                  plan.placement)
+  keys = _common.place_replicated(jax.random.split(key, plan.repeats), plan.placement)
   xj, yj = _common.place_data(x, y, plan.placement)  # sharded as the caller's x, or one device.
   if batched:
     # One flat vmap over (level, repeat) pairs, not nested vmaps: the batching
@@ -1017,7 +1167,12 @@ def _execute(plan: _Plan, levels: list, *, batched: bool) -> list[FitResult]:
     # batch (nested, the inner rule's work is re-batched by the outer vmap,
     # measured ~3x slower for Newton at 11 levels x 10 repeats).
     num_levels = len(levels)
-    flat_keys = jnp.tile(keys, num_levels)
+    if level_keys is None:
+      flat_keys = jnp.tile(keys, num_levels)
+    else:
+      flat_keys = _common.place_replicated(
+          jnp.concatenate([jax.random.split(k, plan.repeats) for k in level_keys]),
+          plan.placement)
     flat_rhos = jnp.repeat(jnp.asarray([lv[0] for lv in levels], x.dtype), plan.repeats)
     flat = jax.vmap(one_repeat, in_axes=(0, 0, None, None, None))
 
@@ -1087,6 +1242,7 @@ def _result(plan, params, losses, resets, state, excess, final_excess, *, rho, e
       curvature_evaluations=_curvature_evaluations(plan),
       options=dict(plan.options),
       auto_reason=plan.reason,
+      seed=plan.seed,
   )
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import Z_MAX, maybe_jit, scale_z
-from dpjax import accounting, baselines, data, glm, solve
+from dpjax import accounting, baselines, data, glm, noise, solve
 
 
 @pytest.fixture(scope="module")
@@ -104,19 +104,58 @@ def test_aop_large_epsilon_reallocates_instead_of_zero(small):
     baselines.aop_calibration(400, 40.0, 1e-9)
 
 
+def _perturbed_grad(a, ridge, b):
+  n = a.shape[0]
+  # Recomputed independently; 1 / (1 + e^m) = (1 - tanh(m / 2)) / 2 without overflow.
+  return lambda t: -(a.T @ (0.5 - 0.5 * np.tanh(0.5 * (a @ t)))) / n + ridge * t + b
+
+
 def test_aop_minimiser_reaches_gamma(small):
   x, y = small
   a = np.asarray(y, np.float64)[:, None] * np.asarray(x, np.float64)
   b = np.array([0.3, -0.2, 0.1, 0.05])
   gamma = 1.0 / 400**2
-  theta, gnorm, _ = baselines._minimize_perturbed(a, 0.01, b, gamma, 100)
-  s = 1.0 / (1.0 + np.exp(a @ theta))
-  grad = -(a.T @ s) / 400 + 0.01 * theta + b  # independent recomputation
-  assert np.linalg.norm(grad) <= gamma and gnorm <= 0.5 * gamma
-  _, info = baselines.aop(x, y, epsilon=1.0, key=1)
-  assert info["grad_norm"] <= info["gamma"] == gamma
-  with pytest.raises(RuntimeError, match="did not reach"):
-    baselines.aop(x, y, epsilon=1.0, key=1, max_iter=1)
+  grad = _perturbed_grad(a, 0.01, b)
+  for max_iter in (100, 1):  # Newton alone; one Newton step, then the backstop
+    theta, certified = baselines._minimize_perturbed(a, 0.01, b, gamma, max_iter, 0.25)
+    assert certified and np.linalg.norm(grad(theta)) <= 0.5 * gamma
+
+
+@pytest.mark.parametrize("b_scale", [1.0, 30.0])
+def test_aop_backstop_certifies_from_any_start(small, b_scale):
+  # Nesterov's method alone, from 0 and from a far point, with b large enough that
+  # ||theta*|| ~ ||b|| / ridge is in the hundreds to thousands: its step count is
+  # derived from the strong convexity and smoothness only, and it certifies.
+  x, y = small
+  a = np.asarray(y, np.float64)[:, None] * np.asarray(x, np.float64)
+  ridge, gamma = 0.0126, 1.0 / 400**2
+  b = b_scale * np.array([3.0, -2.0, 1.0, 0.5])
+  grad = _perturbed_grad(a, ridge, b)
+  for start in (np.zeros(4), np.full(4, 50.0)):
+    theta, certified = baselines._accelerated_backstop(
+        grad, start, gamma, strong_convexity=ridge, smoothness=0.25 + ridge)
+    assert certified and np.linalg.norm(grad(theta)) <= 0.5 * gamma
+    assert np.linalg.norm(theta) > 100.0  # far from both starts: it really ran
+
+
+def test_aop_info_is_public_and_it_never_raises_after_drawing(small):
+  x, y = small
+  theta, info = baselines.aop(x, y, epsilon=1.0, key=1, max_iter=1)
+  assert info == {**baselines.aop_calibration(400, 1.0)._asdict(), "max_iter": 1,
+                  "private": True}  # nothing that depends on the data
+  # A gamma no float64 gradient can certify (rounding is ~1e-17): the release is the
+  # data-independent fallback, the start 0 plus the same output noise u, not an error.
+  gamma = 1e-30
+  released, _ = baselines.aop(x, y, epsilon=1.0, key=1, gamma=gamma)
+  cal = baselines.aop_calibration(400, 1.0, gamma=gamma)
+  _, key_out = jax.random.split(jax.random.key(1))
+  with jax.enable_x64(True):
+    u = np.asarray(noise.add_gaussian(key_out, jnp.zeros(4, jnp.float64),
+                                      sensitivity=2 * 400 * gamma / cal.big_lambda,
+                                      noise_std=cal.sigma_out))
+  np.testing.assert_array_equal(released, u)
+  r = baselines.run_baseline("aop", x, y, epsilon=1.0, key=jax.random.split(jax.random.key(2), 2))
+  assert "grad_norm" not in r.info and "iterations" not in r.info
 
 
 def test_aop_excess_loss_decreases_with_epsilon(medium):
@@ -272,3 +311,50 @@ def test_bad_names_steps_and_bound(small):
     baselines.aop(x2, y, epsilon=1.0, key=0)
   _, info = baselines.aop(x2, y, epsilon=1.0, key=0, row_norm_bound=math.sqrt(2.0) + 1e-6)
   assert info["smoothness"] == pytest.approx(0.5, rel=1e-5)
+
+
+# ----------------------------------------------------------------------------
+# Neighbouring relations: zero-out (default) and replace-one.
+# ----------------------------------------------------------------------------
+
+
+def test_replace_one_noise_of_the_iterative_baselines():
+  n, rho_t = 3000, 0.02
+  for lip in (1.0, math.sqrt(2.0)):
+    sg, sh = baselines.damped_newton_noise(n, rho_t, row_norm_bound=lip)
+    sg2, sh2 = baselines.damped_newton_noise(n, rho_t, row_norm_bound=lip,
+                                             neighbouring="replace-one")
+    assert sg2 == 2 * sg  # two gradients differ by <= 2L
+    assert sh2 == pytest.approx(math.sqrt(2) * sh, rel=1e-15)  # two PSD terms: sqrt(2), not 2
+  w = jnp.zeros(3)
+  for factory in (baselines.damped_newton_private, baselines.damped_newton):
+    z = factory(n=n, rho=0.1, steps=5, key=0).init(w)
+    r = factory(n=n, rho=0.1, steps=5, key=0, neighbouring="replace-one").init(w)
+    assert float(r.grad_noise_std) == 2 * float(z.grad_noise_std)
+    assert float(r.hessian_noise_std) == pytest.approx(
+        math.sqrt(2) * float(z.hessian_noise_std), rel=1e-6)
+  z = baselines.dp_gd_oracle(n=n, rho=0.1, steps=5, key=0).init(w)
+  r = baselines.dp_gd_oracle(n=n, rho=0.1, steps=5, key=0, neighbouring="replace-one").init(w)
+  assert float(r.noise_std) == 2 * float(z.noise_std)
+  for factory in (baselines.damped_newton_private, baselines.damped_newton,
+                  baselines.dp_gd_oracle):
+    with pytest.raises(ValueError, match="neighbouring must be one of"):
+      factory(n=n, rho=0.1, steps=5, key=0, neighbouring="add-remove")
+
+
+def test_replace_one_hessian_change_is_within_the_stated_frobenius_sensitivity():
+  """Swapping a unit row at margin 0 for one on an orthogonal direction moves the mean
+  Hessian by sqrt(2) L^2 / (4n) in Frobenius norm: the replace-one sensitivity, attained."""
+  n, rho_t, d = 16, 0.02, 3
+  x, y = data.synthetic(4, n=n, d=d)
+  xa, xb = np.array(x), np.array(x)
+  xa[0], xb[0] = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0)
+  w = jnp.zeros(d)
+  h = [np.asarray(glm.logistic_grad_and_curvature(w, jnp.asarray(v), y)[2], np.float64)
+       for v in (xa, xb)]
+  change = np.linalg.norm(h[0] - h[1])
+  rho_h = 0.3 * rho_t
+  stated = {rel: baselines.damped_newton_noise(n, rho_t, neighbouring=rel)[1]
+            * math.sqrt(2 * rho_h) for rel in ("zero-out", "replace-one")}
+  assert change == pytest.approx(stated["replace-one"], rel=1e-5)
+  assert change > 1.4 * stated["zero-out"]

@@ -34,7 +34,9 @@ def test_quick_writes_results(bench, tmp_path: pathlib.Path) -> None:
   for r in rows:
     assert r["private"] is private[r["method"]], r["method"]
     assert len(r["excess_losses"]) == bench.QUICK_SEEDS
-    assert all(math.isfinite(v) and v > -1e-9 for v in r["excess_losses"])
+    # -1e-12: float64 means over the 2,000 rows and the float64 Newton optimum round at
+    # ~1e-16 (every method here adds noise, so its excess is far above either).
+    assert all(math.isfinite(v) and v > -1e-12 for v in r["excess_losses"])
     assert r["q25"] <= r["median"] <= r["q75"]
     assert (r["rho"] is None) is (r["method"] == "aop")
     assert (r["steps"] is None) is (r["method"] == "aop")

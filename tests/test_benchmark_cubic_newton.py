@@ -34,7 +34,8 @@ def test_quick_run_records_a_private_comparison(quick):
   assert len(gd) == len(cfg["gd_steps"]) * len(cfg["gd_learning_rates"])
   for r in cubic:
     assert r["rho_spent"] == pytest.approx(s["rho"], rel=1e-12)
-    assert len(r["excess"]) == cfg["seeds"] and min(r["excess"]) > 0
+    # -1e-12: float64 objectives round at ~1e-16; these noisy runs sit far above it.
+    assert len(r["excess"]) == cfg["seeds"] and min(r["excess"]) > -1e-12
     assert r["max_norm"] <= cfg["radius"] * (1 + 1e-9)
     big_n = math.ceil(2 * (s["rho"] / r["steps"]) * payload["constants"]["(A/B)^2"]
                       * cfg["n"] ** 2 / cfg["d"])
@@ -43,7 +44,7 @@ def test_quick_run_records_a_private_comparison(quick):
     assert r["seconds_run_all_seeds"] > 0 and r["seconds_compile"] > 0
   for r in gd:
     assert r["rho_spent"] == pytest.approx(s["rho"], rel=1e-12)
-    assert min(r["excess"]) > 0
+    assert min(r["excess"]) > -1e-12  # float64 rounding (~1e-16), as for cubic Newton
   best = payload["best"]
   assert best["cubic_newton"]["median_excess"] == min(r["median_excess"] for r in cubic)
   assert best["dp_gd"]["median_excess"] == min(r["median_excess"] for r in gd)
@@ -51,7 +52,8 @@ def test_quick_run_records_a_private_comparison(quick):
       best["cubic_newton"]["median_excess"] / best["dp_gd"]["median_excess"])
   # Without the noise the same solver is far more accurate: the gap is the privacy noise.
   quiet = payload["diagnostic_cubic_newton_without_noise"]
-  assert 0 <= quiet["excess"] < best["cubic_newton"]["median_excess"] / 10
+  # -1e-12: noise off, the excess can be pure float64 rounding of F (~1e-16), either sign.
+  assert -1e-12 <= quiet["excess"] < best["cubic_newton"]["median_excess"] / 10
   for key in ("cpu", "jax", "command"):
     assert key in payload["machine"]
   assert "machine:" in md and "NON-private" in md and "## Reading" in md

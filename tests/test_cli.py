@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import check_demo_output, run_cli
 from dpjax import accounting, cli, data, training as fit_lib
 
 _JSON_FIELDS = {
@@ -18,7 +18,7 @@ _JSON_FIELDS = {
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",
     "seconds_run", "guard_resets", "average", "final_excess_losses", "gradient_evaluations",
     "curvature_evaluations", "options", "auto_reason", "batch_size", "loss", "private",
-    "curvature_batch_size",
+    "curvature_batch_size", "seed", "neighbouring",
 }
 
 
@@ -42,8 +42,9 @@ def test_fit_synthetic_writes_json(tmp_path, capsys):
   assert cli.main(argv) == 0
   lines = capsys.readouterr().out.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("dp-gd on synthetic(seed=0) (n=10000, d=100)")
+  assert lines[0].endswith("; noise seed 3 (reproducible; private only while the seed stays secret)")
   record = json.loads(out.read_text())
-  assert set(record) == _JSON_FIELDS
+  assert set(record) == _JSON_FIELDS and record["seed"] == 3
   assert record["algorithm"] == "dp-gd" and record["accounting"] == "cks"
   assert (record["n"], record["d"], record["steps"], record["repeats"]) == (10000, 100, 5, 2)
   assert record["delta"] == 1e-8 and record["epsilon"] == 1.0
@@ -61,7 +62,7 @@ def test_fit_streaming_least_squares_writes_json(tmp_path, capsys):
   out = tmp_path / "otb.json"
   argv = ["fit", "--data", "synthetic", "--algorithm", "otb-strongly-convex", "--epsilon", "2",
           "--batch-size", "500", "--loss", "least_squares", "--mu", "0.01", "--radius", "2",
-          "--repeats", "2", "--json", str(out)]
+          "--repeats", "2", "--seed", "0", "--json", str(out)]
   assert cli.main(argv) == 0
   line = capsys.readouterr().out.strip()
   assert line.startswith("otb-strongly-convex (least_squares, single pass, batch 500) on synthetic")
@@ -70,7 +71,7 @@ def test_fit_streaming_least_squares_writes_json(tmp_path, capsys):
   assert (record["steps"], record["batch_size"], record["loss"]) == (20, 500, "least_squares")
   assert record["options"] == {"mu": 0.01, "radius": 2.0}
   res = fit_lib.fit(data.synthetic(0), "otb-strongly-convex", epsilon=2.0, batch_size=500,
-                    loss="least_squares", mu=0.01, radius=2.0, repeats=2)
+                    loss="least_squares", mu=0.01, radius=2.0, repeats=2, seed=0)
   assert record["excess_losses"] == res.excess_losses.tolist()
 
 
@@ -98,19 +99,60 @@ def test_fit_precond_gd_and_dp_gd_options(tmp_path, capsys):
   out = tmp_path / "p.json"
   argv = ["fit", "--data", "synthetic", "--algorithm", "precond-gd", "--epsilon", "1",
           "--steps", "6", "--repeats", "2", "--kappa", "6", "--curvature-frac", "0.05",
-          "--refresh-every", "4", "--average", "last-quarter", "--json", str(out)]
+          "--refresh-every", "4", "--average", "last-quarter", "--seed", "0", "--json", str(out)]
   assert cli.main(argv) == 0
   assert "output last-quarter" in capsys.readouterr().out
   record = json.loads(out.read_text())
   assert record["options"] == {"kappa": 6.0, "curvature_frac": 0.05, "refresh_every": 4}
   assert (record["average"], record["curvature_evaluations"]) == ("last-quarter", 2)
   res = fit_lib.fit(data.synthetic(0), "precond-gd", epsilon=1.0, steps=6, repeats=2, kappa=6.0,
-                    curvature_frac=0.05, refresh_every=4, average="last-quarter")
+                    curvature_frac=0.05, refresh_every=4, average="last-quarter", seed=0)
   assert record["excess_losses"] == res.excess_losses.tolist()
   argv = ["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "6",
           "--learning-rate", "16", "--json", str(out)]
   assert cli.main(argv) == 0
   assert json.loads(out.read_text())["options"] == {"learning_rate": 16.0}
+
+
+def test_fit_seed_defaults_to_fresh_entropy_and_is_recorded(tmp_path, capsys):
+  base = ["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "2"]
+  records = []
+  for extra in ([], [], ["--seed", str(2**64 - 1)]):
+    out = tmp_path / f"r{len(records)}.json"
+    assert cli.main(base + extra + ["--json", str(out)]) == 0
+    line = capsys.readouterr().out.strip()
+    records.append(json.loads(out.read_text()))
+    if not extra:
+      assert line.endswith("; noise from fresh OS entropy")
+  fresh_a, fresh_b, given = records
+  assert fresh_a["seed"] is None and fresh_b["seed"] is None  # JSON null: nothing recorded
+  assert fresh_a["excess_losses"] != fresh_b["excess_losses"]  # a fresh key every run
+  assert given["seed"] == 2**64 - 1  # every bit kept, through JSON too
+  res = fit_lib.fit(data.synthetic(0), "dp-gd", epsilon=1.0, steps=2, seed=2**64 - 1)
+  assert given["excess_losses"] == res.excess_losses.tolist()
+
+
+@pytest.mark.parametrize("seed,match", [
+    ("-1", r"seed must be in [0, 2**64), got -1"),
+    (str(2**64), r"seed must be in [0, 2**64), got 18446744073709551616"),
+    ("1.5", "--seed: invalid int value"),
+])
+def test_fit_bad_seed_exits_2(seed, match, capsys):
+  code, err = run_cli(["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1",
+                       "--steps", "2", "--seed", seed], capsys)
+  assert code == 2 and match in err and len(err.strip().splitlines()) == 1
+
+
+def test_demo_data_is_fixed_and_its_noise_fresh_by_default(capsys):
+  parser = cli._build_parser()
+  args = parser.parse_args(["demo"])
+  assert args.seed is None and args.data_seed == 0  # the same workload, fresh noise
+  # A small demo: --data-seed picks the data, --seed the noise (and is reported).
+  assert cli.main(["demo", "--n", "300", "--d", "3", "--repeats", "2", "--epsilons", "1",
+                   "--data-seed", "4", "--seed", "5"]) == 0
+  captured = capsys.readouterr()
+  check_demo_output(captured.out, captured.err, seed=4, n=300, d=3, epsilons=(1.0,))
+  assert "noise seed 5 (reproducible" in captured.out
 
 
 def test_fit_auto_needs_no_steps(tmp_path, capsys):
@@ -288,3 +330,26 @@ def test_fit_plot_without_matplotlib_fails_before_therun_cli(tmp_path, capsys, m
                     "--steps", "2", "--plot", str(tmp_path / "loss.png")], capsys)
   assert code == 2 and "pip install 'dpjax[plot]'" in err
   assert list(tmp_path.iterdir()) == []
+
+
+def test_fit_neighbouring_flag(tmp_path, capsys):
+  out = tmp_path / "r1.json"
+  argv = ["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "2",
+          "--seed", "4", "--json", str(out)]
+  assert cli.main(argv) == 0
+  assert "neighbours]" not in capsys.readouterr().out
+  assert json.loads(out.read_text())["neighbouring"] == "zero-out"  # the default, recorded
+  assert cli.main(argv + ["--neighbouring", "replace-one"]) == 0
+  assert "dp-gd [replace-one neighbours] on synthetic" in capsys.readouterr().out
+  record = json.loads(out.read_text())
+  assert record["neighbouring"] == "replace-one"
+  assert record["options"] == {"neighbouring": "replace-one"}
+  res = fit_lib.fit(data.synthetic(0), "dp-gd", epsilon=1.0, steps=2, seed=4,
+                    neighbouring="replace-one")
+  assert record["excess_losses"] == res.excess_losses.tolist()
+  code, err = run_cli(argv + ["--neighbouring", "add-remove"], capsys)
+  assert code == 2 and "argument --neighbouring: invalid choice: 'add-remove'" in err
+  code, err = run_cli(["fit", "--data", "synthetic", "--algorithm", "dp-sgd", "--epsilon", "1",
+                       "--steps", "2", "--batch-size", "500", "--neighbouring", "replace-one"],
+                      capsys)
+  assert code == 2 and "neighbouring='replace-one' is not offered for the Poisson" in err

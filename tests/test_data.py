@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import shared_data_file
 
+import dpjax
 from dpjax import data
 
 TOY = """# toy file
@@ -54,6 +56,27 @@ def _reference_paper(x):
   return out
 
 
+def _reference_per_row(x, bound=1.0):
+  """Independent reference of the default: [1, x_i / max(B, ||x_i||)] / sqrt(2), row by row."""
+  out = np.empty((x.shape[0], x.shape[1] + 1))
+  for i, row in enumerate(np.asarray(x, np.float64)):
+    z = row / max(bound, math.sqrt(float(row @ row)))
+    out[i] = np.concatenate([[1.0], z]) / math.sqrt(2.0)
+  return out
+
+
+def _paper(path, **kwargs):
+  """``load_libsvm(..., preprocess="paper")``, which must warn that it is not private."""
+  with pytest.warns(dpjax.PrivacyLeakWarning, match="not private|no privacy guarantee"):
+    return data.load_libsvm(path, preprocess="paper", **kwargs)
+
+
+def _libsvm_text(x, y):
+  return "".join(f"{int(y[i]):+d} " + " ".join(f"{j + 1}:{float(x[i, j])!r}"
+                                               for j in range(x.shape[1]) if x[i, j] != 0) + "\n"
+                 for i in range(x.shape[0]))
+
+
 # --- LIBSVM reader --------------------------------------------------------------
 
 
@@ -91,7 +114,7 @@ def test_paper_matches_independent_reference(tmp_path, dtype):
   lines = [f"{y[i]:+d} " + " ".join(f"{j + 1}:{float(x[i, j])!r}" for j in range(d) if x[i, j] != 0)
            for i in range(n)]
   path = _write(tmp_path, "\n".join(lines) + "\n")
-  ds = data.load_libsvm(path, n_features=d, dtype=dtype)
+  ds = _paper(path, n_features=d, dtype=dtype)
   ref = _reference_paper(x)
   assert ds.x.dtype == dtype and ds.y.dtype == dtype
   rtol = 1e-12 if dtype == np.float64 else 3e-7
@@ -104,7 +127,7 @@ def test_paper_matches_independent_reference(tmp_path, dtype):
 def test_paper_zero_row_becomes_intercept_only(tmp_path):
   # Feature 1 is constant (all 1): its standardized column is 0, not noise.
   text = "+1 1:1 2:5\n-1 1:1 3:2\n+1 1:1\n-1 1:1 2:1 3:1\n"
-  ds = data.load_libsvm(_write(tmp_path, text), dtype=np.float64)
+  ds = _paper(_write(tmp_path, text), dtype=np.float64)
   np.testing.assert_allclose(ds.x[:, 1], 0.0)  # column 1 is constant (all 1)
   rows = _row_norms(ds.x)
   np.testing.assert_allclose(rows, 1.0, rtol=1e-15)
@@ -115,9 +138,134 @@ def test_paper_zero_row_becomes_intercept_only(tmp_path):
 def test_paper_all_zero_standardized_row(tmp_path):
   # Row 2 equals the column mean, so its standardized row is zero.
   text = "+1 1:0\n-1 1:2\n+1 1:1\n"
-  ds = data.load_libsvm(_write(tmp_path, text), n_features=1, dtype=np.float64)
+  ds = _paper(_write(tmp_path, text), n_features=1, dtype=np.float64)
   np.testing.assert_array_equal(ds.x[2], [1.0, 0.0])
   np.testing.assert_allclose(ds.x[:2, 0], 1 / math.sqrt(2), rtol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_default_is_per_row_and_matches_independent_reference(tmp_path, dtype):
+  rng = np.random.default_rng(3)
+  n, d = 50, 7
+  x = np.round(rng.normal(size=(n, d)) * rng.choice([0.01, 1.0, 30.0], size=(n, 1)), 4)
+  x *= rng.random((n, d)) < 0.7
+  x[5] = 0.0  # a zero row stays zero (only the intercept)
+  y = np.where(rng.random(n) < 0.5, 1, -1)
+  path = _write(tmp_path, _libsvm_text(x, y))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # the private default warns about nothing
+    ds = data.load_libsvm(path, n_features=d, dtype=dtype)
+  ref = _reference_per_row(x)
+  assert ds.x.shape == (n, d + 1) and ds.x.dtype == dtype
+  rtol = 1e-15 if dtype == np.float64 else 3e-7
+  np.testing.assert_allclose(ds.x, ref, rtol=rtol, atol=rtol)
+  np.testing.assert_array_equal(ds.x[:, 0], dtype(1 / math.sqrt(2)))  # one constant intercept
+  np.testing.assert_array_equal(ds.x[5, 1:], 0.0)
+  norms = _row_norms(ds.x)
+  assert (norms <= 1.0).all()
+  small = _row_norms(x) < 1  # rows inside the ball keep their length: no renormalization
+  assert small.any() and (~small).any()
+  np.testing.assert_allclose(norms[small] ** 2, (1 + _row_norms(x[small]) ** 2) / 2, rtol=1e-6)
+  np.testing.assert_allclose(norms[~small], 1.0, rtol=1e-6)
+  np.testing.assert_array_equal(data.scale_rows(x, dtype=dtype), ds.x)
+
+
+def _extra_row_pairs(rng, n, d):
+  """(x, y) and the same rows with one extreme row inserted at a random position."""
+  x = np.round(rng.normal(size=(n, d)), 3) * (rng.random((n, d)) < 0.5)
+  y = np.where(rng.random(n) < 0.5, 1, -1)
+  extra = np.zeros(d)
+  extra[[0, d - 1]] = [1e6, -3e5]  # far outside every column's range
+  at = int(rng.integers(0, n + 1))
+  return x, y, np.insert(x, at, extra, axis=0), np.insert(y, at, 1), at
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_adding_one_row_changes_no_other_loaded_row(tmp_path, dtype):
+  rng = np.random.default_rng(11)
+  n, d = 200, 9
+  x, y, x2, y2, at = _extra_row_pairs(rng, n, d)
+  path, path2 = _write(tmp_path, _libsvm_text(x, y)), _write(tmp_path, _libsvm_text(x2, y2), "plus.svm")
+  ds = data.load_libsvm(path, n_features=d, dtype=dtype)
+  ds2 = data.load_libsvm(path2, n_features=d, dtype=dtype)
+  others = np.delete(ds2.x, at, axis=0)
+  np.testing.assert_array_equal(others, ds.x)  # bit for bit
+  np.testing.assert_array_equal(np.delete(ds2.y, at), ds.y)
+  assert not np.array_equal(ds2.x[at], ds.x[min(at, n - 1)])
+  # The same check sees the paper's standardization: the extra row moves all the others.
+  moved = np.delete(_paper(path2, n_features=d, dtype=dtype).x, at, axis=0)
+  assert (np.abs(moved - _paper(path, n_features=d, dtype=dtype).x).max(axis=1) > 0).mean() > 0.9
+
+
+@pytest.mark.parametrize("name", ["a1a.t.bz2", "a9a.bz2"])
+def test_adding_one_row_to_real_libsvm_file(tmp_path, name):
+  lines = bz2.decompress(shared_data_file(name).read_bytes()).decode().splitlines(keepends=True)
+  head = lines[:3000]
+  path = _write(tmp_path, "".join(head), "head.svm")
+  for at, line in ((0, lines[-1]), (1234, "+1 1:1 5:1 123:1\n"), (3000, "-1\n")):
+    path2 = _write(tmp_path, "".join(head[:at] + [line] + head[at:]), "plus.svm")
+    ds = data.load_libsvm(path, n_features=123)
+    ds2 = data.load_libsvm(path2, n_features=123)
+    np.testing.assert_array_equal(np.delete(ds2.x, at, axis=0), ds.x)
+    np.testing.assert_array_equal(np.delete(ds2.y, at), ds.y)
+    assert (_row_norms(ds2.x) <= 1).all()
+
+
+def test_row_bound_is_public_and_keeps_short_rows_short(tmp_path):
+  text = "+1 1:1 2:1 3:1 4:1\n-1 1:1\n+1 2:3 3:4\n"
+  path = _write(tmp_path, text)
+  ds = data.load_libsvm(path, row_bound=2.0, dtype=np.float64)
+  np.testing.assert_allclose(ds.x, _reference_per_row(np.array(
+      [[1, 1, 1, 1], [1, 0, 0, 0], [0, 3, 4, 0]], float), bound=2.0), rtol=1e-15)
+  np.testing.assert_allclose(ds.x[1, 1], 0.5 / math.sqrt(2), rtol=1e-15)  # 1 / B, not 1
+  with pytest.raises(ValueError, match="row_bound must be > 0"):
+    data.load_libsvm(path, row_bound=0.0)
+  with pytest.raises(ValueError, match="row_bound=2.0 applies to preprocess='per-row' only"):
+    data.load_libsvm(path, row_bound=2.0, preprocess="none")
+
+
+def test_paper_warns_privacy_leak(tmp_path):
+  path = _write(tmp_path, TOY)
+  with pytest.warns(dpjax.PrivacyLeakWarning) as caught:
+    data.load_libsvm(path, preprocess="paper")
+  assert len(caught) == 1 and issubclass(caught[0].category, RuntimeWarning)
+  assert "per-row" in str(caught[0].message) and "PrivateStandardizer" in str(caught[0].message)
+  assert caught[0].filename == __file__  # attributed to the caller of load_libsvm
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    data.load_libsvm(path, preprocess="none")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_scale_rows_rounding_fix(dtype):
+  rng = np.random.default_rng(5)
+  x = rng.normal(size=(400, 9)) * 10
+  out = data.scale_rows(x, dtype=dtype)
+  assert out.dtype == dtype and (_row_norms(out) <= 1.0).all()
+  direct = _reference_per_row(x).astype(dtype)
+  assert (_row_norms(direct) > 1.0).any(), "fixture should need the rounding fix"
+  ulps = np.abs(direct.astype(np.float64) - out) / np.spacing(np.abs(direct))
+  assert ulps.max() <= 4 and (np.abs(out) <= np.abs(direct)).all()
+
+
+def test_scale_rows_inputs():
+  x = np.array([[3.0, 4.0], [0.0, 0.5]], np.float32)
+  got = data.scale_rows(jnp.asarray(x), intercept=False)
+  assert isinstance(got, np.ndarray) and got.dtype == np.float32
+  np.testing.assert_allclose(got, [[0.6, 0.8], [0.0, 0.5]], rtol=1e-7)
+  assert data.scale_rows(x, dtype=np.float64).dtype == np.float64
+  with pytest.raises(TypeError, match="intercept must be True or False"):
+    data.scale_rows(x, intercept=1)
+  with pytest.raises(ValueError, match="row_bound must be > 0"):
+    data.scale_rows(x, row_bound=-1.0)
+  with pytest.raises(TypeError, match="x must have a floating dtype"):
+    data.scale_rows(x.astype(int))
+  with pytest.raises(ValueError, match="x contains NaN"):
+    data.scale_rows(np.array([[np.nan, 1.0]]))
+  with pytest.raises(TypeError, match="dtype must be"):
+    data.scale_rows(x, dtype=np.int32)
+  with pytest.raises(TypeError, match="runs on the host"):
+    jax.jit(data.scale_rows)(x)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -128,7 +276,7 @@ def test_rounding_fix_keeps_norms_and_moves_few_ulps(tmp_path, dtype):
   lines = [f"{1 if i % 2 else -1} " + " ".join(f"{j + 1}:{float(x[i, j])!r}" for j in range(d))
            for i in range(n)]
   path = _write(tmp_path, "\n".join(lines) + "\n")
-  ds = data.load_libsvm(path, dtype=dtype)
+  ds = _paper(path, dtype=dtype)
   assert (_row_norms(ds.x) <= 1.0).all()
   direct = _reference_paper(x).astype(dtype)
   assert (_row_norms(direct) > 1.0).any(), "fixture should need the rounding fix"
@@ -220,18 +368,25 @@ def test_load_bad_arguments(tmp_path):
 
 
 def test_real_a1a_t():
-  ds = data.load_libsvm(shared_data_file("a1a.t.bz2"), n_features=123)
+  path = shared_data_file("a1a.t.bz2")
+  ds = data.load_libsvm(path, n_features=123)
+  raw = data.load_libsvm(path, n_features=123, preprocess="none", dtype=np.float64)
   assert ds.x.shape == (30956, 124) and ds.y.shape == (30956,)
   assert ds.x.dtype == np.float32
   norms = _row_norms(ds.x)
   assert (norms <= 1.0).all()
   assert set(np.unique(ds.y).tolist()) == {-1.0, 1.0}
   assert int((ds.y == 1).sum()) == 7446
-  # Rows are [1, u_i] / sqrt(2) with ||u_i|| = 1 (no row is zero after scaling).
-  np.testing.assert_allclose(ds.x[:, 0], 1 / math.sqrt(2), rtol=3e-7)
-  np.testing.assert_allclose(_row_norms(ds.x[:, 1:]) * math.sqrt(2), 1.0, rtol=1e-6)
+  # 11 to 14 ones per row, so every row is clipped to norm 1: [1, x_i / ||x_i||] / sqrt(2).
+  np.testing.assert_array_equal(ds.x[:, 0], np.float32(1 / math.sqrt(2)))
+  np.testing.assert_allclose(ds.x[:, 1:], raw.x / _row_norms(raw.x)[:, None] / math.sqrt(2),
+                             rtol=3e-7)
   np.testing.assert_allclose(norms, 1.0, rtol=1e-6)
   data.validate_dataset(ds)
+  paper = _paper(path, n_features=123)  # the reference pipeline, as the paper's benchmarks use it
+  assert paper.x.shape == ds.x.shape
+  np.testing.assert_allclose(paper.x[:, 0], 1 / math.sqrt(2), rtol=3e-7)
+  np.testing.assert_allclose(_row_norms(paper.x[:, 1:]) * math.sqrt(2), 1.0, rtol=1e-6)
 
 
 def test_real_phishing_needs_positive_label():

@@ -41,6 +41,9 @@ _OK = dict(n=1000, rho=1.0, steps=5, key=0)
          r"single typed PRNG key \(shape \(\)\), got shape \(3,\)"),
         (dict(disable_noise_for_testing="no"), TypeError,
          "disable_noise_for_testing must be True or False"),
+        (dict(neighbouring="add-remove"), ValueError,
+         r"neighbouring must be one of \('zero-out', 'replace-one'\), got 'add-remove'"),
+        (dict(neighbouring=None), TypeError, "neighbouring must be one of"),
     ],
 )
 def test_constructor_rejects_bad_input(kwargs, error, match):
@@ -174,3 +177,93 @@ def test_float32_and_float64_states():
   assert out32.dtype == jnp.float32 and isinstance(s32, DPGDState)
   np.testing.assert_allclose(out32, np.asarray(out64), rtol=1e-6)
   np.testing.assert_allclose(out32, [-0.4, 0.8], rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------
+# Neighbouring relations: zero-out (default) and replace-one.
+# ----------------------------------------------------------------------------
+
+
+def test_replace_one_doubles_the_noise_std_and_the_released_noise():
+  default = dp_gd(**_OK)
+  zero_out = dp_gd(**_OK, neighbouring="zero-out")
+  replace = dp_gd(**_OK, neighbouring="replace-one")
+  w = jnp.zeros(4)
+  sz, sr = zero_out.init(w), replace.init(w)
+  assert float(default.init(w).noise_std) == float(sz.noise_std)
+  rho_t = _OK["rho"] / _OK["steps"]
+  assert float(sz.noise_std) == np.float32(accounting.gaussian_sigma(1 / _OK["n"], rho_t))
+  assert float(sr.noise_std) == 2 * float(sz.noise_std)  # 2 L0 / n: exact in binary.
+  # The update draws the same noise from the same key, at twice the scale.
+  uz, _ = zero_out.update(jnp.zeros(4), sz)
+  ur, _ = replace.update(jnp.zeros(4), sr)
+  np.testing.assert_array_equal(np.asarray(ur), 2 * np.asarray(uz))
+
+
+def _opposite_gradient_pair(n: int):
+  """A replace-one pair at ``w = R e_2`` whose swapped rows have nearly opposite gradients.
+
+  Row 0 of D is ``(cos a, -sin a)`` with ``y = +1`` (margin ``-R sin a = -100``:
+  gradient ~ ``-x``); in D' it is ``(cos a, sin a)`` with ``y = -1`` (margin
+  ``+100``, label -1: gradient ~ ``+x'``). Their difference has norm
+  ``2 cos a ~ 2``, twice L0. The other rows are shared.
+  """
+  a, radius = 0.01, 100.0 / math.sin(0.01)
+  x, y = data.synthetic(1, n=n, d=2)
+  x, y = np.array(x, np.float64), np.array(y, np.float64)
+  xp, yp = x.copy(), y.copy()
+  x[0], y[0] = (math.cos(a), -math.sin(a)), 1.0
+  xp[0], yp[0] = (math.cos(a), math.sin(a)), -1.0
+  return np.array([0.0, radius]), (x, y), (xp, yp)
+
+
+def _mean_logistic_grad(w, x, y):
+  m = x @ w  # -y sigma(-y m) x, sigma(-t) = (1 - tanh(t / 2)) / 2 (no overflow).
+  return (-y * 0.5 * (1.0 - np.tanh(0.5 * y * m))) @ x / len(y)  # float64 reference.
+
+
+def test_replace_one_sensitivity_covers_an_adversarial_pair():
+  """The mean-gradient change of an adversarial replace-one pair is within the stated
+  sensitivity ``noise_std sqrt(2 rho_t)`` under replace-one, and exceeds the zero-out one."""
+  n, rho_t = 20, 0.5
+  w, (x, y), (xp, yp) = _opposite_gradient_pair(n)
+  change = np.linalg.norm(_mean_logistic_grad(w, x, y) - _mean_logistic_grad(w, xp, yp))
+  stated = {rel: float(dp_gd(n=n, rho_per_step=rho_t, key=0, neighbouring=rel)
+                       .init(jnp.zeros(2)).noise_std) * math.sqrt(2 * rho_t)
+            for rel in ("zero-out", "replace-one")}
+  assert change <= stated["replace-one"] * (1 + 1e-6)
+  assert change > 1.99 / n > stated["zero-out"]  # zero-out's noise would be too small here.
+  # Zero-out: replacing row 0 by the null row x = 0 moves the mean by ||g_0|| / n <= L0 / n.
+  x0 = x.copy()
+  x0[0] = 0.0
+  change0 = np.linalg.norm(_mean_logistic_grad(w, x, y) - _mean_logistic_grad(w, x0, y))
+  assert 0.99 / n < change0 <= stated["zero-out"] * (1 + 1e-6)
+
+
+def test_replace_one_audit_of_one_step_stays_under_the_claim():
+  """An empirical audit (dpjax.audit.bounds) of one released step on the adversarial
+  replace-one pair: at or below the claimed epsilon = 2 with the replace-one calibration;
+  above it with the zero-out calibration (the noise of a mislabelled relation)."""
+  from dpjax.audit import bounds  # pylint: disable=g-import-not-at-top
+  n, eps, delta, k = 20, 2.0, 1e-5, 20_000
+  w, (x, y), (xp, yp) = _opposite_gradient_pair(n)
+  g0, g1 = _mean_logistic_grad(w, x, y), _mean_logistic_grad(w, xp, yp)
+  u = jnp.asarray((g1 - g0) / np.linalg.norm(g1 - g0), jnp.float32)
+  rho = accounting.epsilon_to_zcdp(eps, delta, "gaussian")
+  keys = jax.random.split(jax.random.key(11), 2 * k)
+  lower = {}
+  for rel in ("replace-one", "zero-out"):
+
+    def release(key, g, rel=rel):
+      tx = dp_gd(n=n, rho_per_step=rho, learning_rate=1.0, key=key, neighbouring=rel)
+      update, state = tx.update(g, tx.init(jnp.zeros(2)))
+      return update @ u, state.accountant
+
+    run = jax.jit(jax.vmap(release, in_axes=(0, None)))
+    s0, acc = run(keys[:k], jnp.asarray(g0, jnp.float32))
+    s1, _ = run(keys[k:], jnp.asarray(g1, jnp.float32))
+    claim = accounting.epsilon_spent(jax.tree.map(lambda a: a[0], acc), delta, "gaussian")
+    assert claim == pytest.approx(eps, rel=1e-9)
+    lower[rel] = bounds.empirical_epsilon(np.asarray(s0), np.asarray(s1), delta).epsilon
+  assert lower["replace-one"] <= eps
+  assert lower["zero-out"] > eps

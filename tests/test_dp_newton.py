@@ -20,6 +20,7 @@ from dpjax.transforms import (
     dp_newton,
     newton_budget,
 )
+from dpjax.transforms.dp_newton import trace_sensitivity
 
 VARIANTS = [(c, m) for c in ("hessian", "qu") for m in ("clip", "add")]
 
@@ -156,6 +157,8 @@ def test_direction_sensitivity_python_and_traced_agree():
          ValueError, "modification must be one of"),
         (direction_sensitivity, dict(lam=0.1, n=0, modification="add"),
          ValueError, "n must be >= 1"),
+        (direction_sensitivity, dict(lam=0.1, n=10, modification="add", neighbouring="swap"),
+         ValueError, "neighbouring must be one of"),
         (adaptive_min_eigenvalue, dict(noisy_trace=0.1, n=10, rho_direction=0.0,
                                        trace_coeff=0.5, floor=0.1),
          ValueError, "rho_direction must be > 0"),
@@ -213,6 +216,8 @@ _OK = dict(n=1000, rho=1.0, steps=5, key=0)
         (dict(curvature_norm_bound=0.0), ValueError, "curvature_norm_bound must be > 0"),
         (dict(key=None), TypeError, "key must be an int seed or a typed PRNG key"),
         (dict(disable_noise_for_testing=1), TypeError, "disable_noise_for_testing must be True"),
+        (dict(neighbouring="add-remove"), ValueError, "neighbouring must be one of"),
+        (dict(neighbouring=None, min_eigenvalue=0.01), TypeError, "neighbouring must be one of"),
     ],
 )
 def test_constructor_rejects_bad_input(kwargs, error, match):
@@ -482,3 +487,113 @@ def test_state_type():
   state = dp_newton(**_OK).init(jnp.zeros(2))
   assert isinstance(state, DPNewtonState)
   assert state.count.dtype == jnp.int32 and state.budget_exhausted.dtype == jnp.bool_
+
+
+# ----------------------------------------------------------------------------
+# Neighbouring relations: zero-out (default) and replace-one.
+# ----------------------------------------------------------------------------
+
+
+def test_replace_one_sensitivity_factors_of_the_pure_functions():
+  for lam in (0.002, 0.01, 0.3):
+    for structure, mods in (("rank_one", ("clip", "add")), ("general", ("add",))):
+      for mod in mods:
+        kw = dict(n=500, curvature_norm_bound=0.25, modification=mod, curvature_structure=structure)
+        z = direction_sensitivity(lam, **kw)
+        assert direction_sensitivity(lam, **kw, neighbouring="zero-out") == z
+        assert direction_sensitivity(lam, **kw, neighbouring="replace-one") == (
+            2 * z if mod == "clip" else z)
+  for structure, norm in (("rank_one", "frobenius"), ("general", "frobenius"),
+                          ("general", "spectral")):
+    kw = dict(n=500, d=9, curvature_norm_bound=0.5, curvature_structure=structure,
+              curvature_norm=norm)
+    assert trace_sensitivity(**kw, neighbouring="replace-one") == trace_sensitivity(**kw)
+  with pytest.raises(ValueError, match="neighbouring must be one of"):
+    trace_sensitivity(n=5, d=2, neighbouring="add-remove")
+
+
+@pytest.mark.parametrize("modification", ["clip", "add"])
+def test_replace_one_noise_stds_through_the_transform(modification):
+  """Same key, same (g = 0, H): gradient std x 2, trace std and the adaptive lambda unchanged,
+  direction std x 2 (||g~|| doubles) for add and x 4 (s(lam) doubles too) for clip."""
+  n, d = 400, 5
+  h = 0.05 * jnp.eye(d)
+  states = {}
+  for rel in ("zero-out", "replace-one"):
+    tx = dp_newton(n=n, rho_per_step=0.05, modification=modification, key=7, neighbouring=rel)
+    _, states[rel] = tx.update(jnp.zeros(d), tx.init(jnp.zeros(d)), jnp.zeros(d),
+                               curvature_matrix=h)
+  z, r = states["zero-out"], states["replace-one"]
+  b = newton_budget(0.05, grad_frac=0.7, trace_frac=0.1, adaptive=True)
+  assert float(z.grad_noise_std) == np.float32(accounting.gaussian_sigma(1 / n, b.rho_grad))
+  assert float(r.grad_noise_std) == 2 * float(z.grad_noise_std)
+  assert float(z.trace_noise_std) == np.float32(accounting.gaussian_sigma(0.25 / n, b.rho_trace))
+  assert float(r.trace_noise_std) == float(z.trace_noise_std)
+  assert float(r.min_eigenvalue) == float(z.min_eigenvalue)  # the trace noise did not double
+  ratio = float(r.direction_noise_std) / float(z.direction_noise_std)
+  assert ratio == pytest.approx(4.0 if modification == "clip" else 2.0, rel=1e-6)
+
+
+def _inverse(h, lam, modification):
+  """``Psi_lam(h)^{-1}`` for a batch ``[k, d, d]`` of symmetric PSD matrices (float64)."""
+  e, v = np.linalg.eigh(h)
+  lam = np.asarray(lam)[..., None]
+  e = np.maximum(e, lam) if modification == "clip" else np.maximum(e, 0) + lam
+  return np.einsum("kij,kj,klj->kil", v, 1 / e, v)
+
+
+@pytest.mark.parametrize("modification", ["clip", "add"])
+def test_replace_one_direction_sensitivity_bounds_swapped_rows(modification):
+  """||Psi(H0 + A/n)^-1 - Psi(H0 + A'/n)^-1||_op <= s(lam) (replace-one) for two PSD rank-one
+  terms A, A' of norm <= L1 and random PSD H0 (the other rows). add: the same s as zero-out,
+  nearly attained; clip: twice the paper's constant, via the null-row dataset H0."""
+  rng = np.random.default_rng(1)
+  n, d, k = 50, 3, 3000
+  lip = 0.25 / n
+  lam = lip * 10 ** rng.uniform(0.01, 2.0, size=k)
+  q = np.linalg.qr(rng.normal(size=(k, d, d)))[0]
+  evals = np.where(rng.random((k, 1)) < 0.5, lam[:, None] * np.exp(rng.normal(size=(k, d))),
+                   np.maximum(lam[:, None] + lip * rng.normal(size=(k, d)), 0))
+  evals = evals * (rng.random((k, d)) < 0.7)  # some directions spanned by no other row
+  h0 = np.einsum("kij,kj,klj->kil", q, evals, q)
+
+  def term():
+    x = rng.normal(size=(k, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return (rng.uniform(0.0, 1.0, size=k) * lip)[:, None, None] * np.einsum("ki,kj->kij", x, x)
+
+  a, a2 = term(), term()
+  change = np.linalg.norm(
+      _inverse(h0 + a, lam, modification) - _inverse(h0 + a2, lam, modification), ord=2,
+      axis=(1, 2))
+  kw = dict(n=n, curvature_norm_bound=0.25, modification=modification)
+  bound = direction_sensitivity(lam, **kw, neighbouring="replace-one")
+  assert np.all(change <= bound * (1 + 1e-9))
+  # Each hop through the null-row dataset H0 is a zero-out change.
+  hop = np.linalg.norm(_inverse(h0 + a, lam, modification) - _inverse(h0, lam, modification),
+                       ord=2, axis=(1, 2))
+  assert np.all(hop <= direction_sensitivity(lam, **kw) * (1 + 1e-9))
+  if modification == "add":
+    # Tight: a term on a direction no other row spans, swapped for the null row's 0.
+    h0[:] = 0.0
+    a2[:] = 0.0
+    change = np.linalg.norm(_inverse(h0 + a, lam, "add") - _inverse(h0 + a2, lam, "add"),
+                            ord=2, axis=(1, 2))
+    assert np.max(change / bound) > 0.9
+
+
+def test_replace_one_trace_does_not_double():
+  """Swapping a row of maximal curvature trace (unit x at margin 0: 1/4) for one of ~0
+  (margin 40) moves tr(H) by ~L1/n, the stated sensitivity under both relations."""
+  n, d = 10, 3
+  x, y = data.synthetic(3, n=n, d=d)
+  x, y = np.array(x), np.array(y)
+  w = np.array([0.0, 0.0, 40.0], np.float32)
+  xa, xb = x.copy(), x.copy()
+  xa[0], xb[0] = (1.0, 0.0, 0.0), (0.0, 0.0, 1.0)  # margins 0 and 40
+  traces = [float(jnp.trace(glm.logistic_grad_and_curvature(jnp.asarray(w), jnp.asarray(v),
+                                                            jnp.asarray(y), "hessian").matrix))
+            for v in (xa, xb)]
+  stated = trace_sensitivity(n=n, d=d, neighbouring="replace-one")
+  assert stated == 0.25 / n
+  assert 0.999 * stated < abs(traces[0] - traces[1]) <= stated * (1 + 1e-6)

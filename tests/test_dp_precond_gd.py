@@ -375,6 +375,8 @@ _OK = dict(n=1000, rho=1.0, steps=5, key=0)
         (dict(curvature_norm_bound=0.0), ValueError, "curvature_norm_bound must be > 0"),
         (dict(disable_noise_for_testing=1), TypeError,
          "disable_noise_for_testing must be True or False"),
+        (dict(neighbouring="add/remove"), ValueError, "neighbouring must be one of"),
+        (dict(neighbouring=2), TypeError, "neighbouring must be one of"),
     ],
 )
 def test_constructor_rejects_bad_input(kwargs, error, match):
@@ -530,3 +532,66 @@ def test_end_to_end_reduces_logistic_loss(refresh_every):
   np.testing.assert_allclose(accounting.spent_rho(states.accountant), rho, rtol=1e-12)
   k = 1 if refresh_every is None else 4
   assert np.all(np.asarray(states.releases) == k) and np.all(np.asarray(states.count) == steps)
+
+
+# ----------------------------------------------------------------------------
+# 8. Neighbouring relations: zero-out (default) and replace-one.
+# ----------------------------------------------------------------------------
+
+
+def test_replace_one_scales_gradient_noise_by_2_and_curvature_noise_by_sqrt2(x64):
+  n, d, rho = 100, 4, 2.0
+  h = jnp.asarray(_spd(np.linspace(0.01, 0.2, d), seed=1))
+  out = {}
+  for rel in ("zero-out", "replace-one"):
+    tx = dp_precond_gd(n=n, rho=rho, steps=4, key=3, neighbouring=rel)
+    w = jnp.zeros(d)
+    _, state = tx.update(jnp.zeros(d), tx.init(w), curvature_matrix=h)
+    out[rel] = state
+  z, r = out["zero-out"], out["replace-one"]
+  b = precond_budget(rho, steps=4)
+  assert float(z.noise_std) == accounting.gaussian_sigma(1 / n, b.rho_step)
+  assert float(z.curvature_noise_std) == accounting.gaussian_sigma(0.25 / n, b.rho_release)
+  assert float(r.noise_std) == 2 * float(z.noise_std)
+  assert float(r.curvature_noise_std) == pytest.approx(
+      math.sqrt(2) * float(z.curvature_noise_std), rel=1e-15)
+  # The floor kappa sqrt(2 d) sigma_H follows sigma_H; the release draws the same Z, scaled.
+  assert float(r.eigenvalue_floor) == pytest.approx(math.sqrt(2) * float(z.eigenvalue_floor),
+                                                    rel=1e-15)
+  np.testing.assert_allclose(np.asarray(r.released_curvature - h),
+                             math.sqrt(2) * np.asarray(z.released_curvature - h), rtol=1e-12,
+                             atol=1e-15)
+
+
+def _mean_curvature(w, x, y):
+  return np.asarray(glm.logistic_grad_and_curvature(jnp.asarray(w), jnp.asarray(x),
+                                                    jnp.asarray(y), "hessian").matrix)
+
+
+def test_replace_one_curvature_sensitivity_is_sqrt2_not_2(x64):
+  """Replace-one pairs move the mean curvature by at most sqrt(2) L1 / n in Frobenius norm
+  (two PSD terms: <A, A'> >= 0), attained by rows on orthogonal directions at margin 0;
+  the released std is calibrated to exactly that."""
+  n, d, rho = 12, 3, 1.0
+  x, y = data.synthetic(2, n=n, d=d)
+  x, y = np.array(x, np.float64), np.array(y, np.float64)
+  b = precond_budget(rho, steps=2)
+  stated = {rel: float(dp_precond_gd(n=n, rho=rho, steps=2, key=0, neighbouring=rel)
+                       .init(jnp.zeros(d)).curvature_noise_std) * math.sqrt(2 * b.rho_release)
+            for rel in ("zero-out", "replace-one")}
+  w = np.zeros(d)
+  # Adversarial pair: e_1 and e_2 at margin 0, each with curvature (1/4) e e^T.
+  xa, xb = x.copy(), x.copy()
+  xa[0], xb[0] = (1.0, 0.0, 0.0), (0.0, 1.0, 0.0)
+  change = np.linalg.norm(_mean_curvature(w, xa, y) - _mean_curvature(w, xb, y))
+  assert change == pytest.approx(math.sqrt(2) * 0.25 / n, rel=1e-12)
+  assert change <= stated["replace-one"] * (1 + 1e-12)
+  assert change > 1.4 * stated["zero-out"]  # zero-out's noise would be too small here.
+  # Random replace-one pairs at random points never exceed it.
+  rng = np.random.default_rng(0)
+  worst = 0.0
+  for _ in range(200):
+    w = rng.normal(size=d) * rng.choice([0.1, 1.0, 10.0])
+    xa[0], xb[0] = (v / max(1.0, np.linalg.norm(v)) for v in rng.normal(size=(2, d)))
+    worst = max(worst, np.linalg.norm(_mean_curvature(w, xa, y) - _mean_curvature(w, xb, y)))
+  assert worst <= stated["replace-one"] * (1 + 1e-12)

@@ -366,7 +366,7 @@ def _repeats_below_1(tmp, raises):
 
 
 def _seed_out_of_range(tmp, raises):
-  for seed in (-1, 2**32):
+  for seed in (-1, 2**64):
     with raises():
       _fit(seed=seed)
 
@@ -467,6 +467,27 @@ def _unknown_option(tmp, raises):
     _fit(algorithm="precond-gd", learning_rat=1.0)  # a misspelt option
 
 
+def _unknown_neighbouring(tmp, raises):
+  with raises():
+    _fit(neighbouring="add-remove")
+  with raises():
+    training.fit_levels(DS, "dp-gd", epsilons=[1.0], steps=2, neighbouring="add-remove")
+  with raises():
+    _fit(algorithm="otb", steps=None, batch_size=10, neighbouring="add-remove")
+  with raises():
+    _dp_gd(neighbouring="add-remove")
+  with raises():
+    transforms.dp_newton(n=N, rho=0.1, steps=2, key=0, neighbouring="add-remove")
+
+
+def _replace_one_poisson(tmp, raises):
+  with raises():
+    _fit(algorithm="dp-sgd", batch_size=10, neighbouring="replace-one")
+  with raises():
+    _fit(algorithm="newton-minibatch", batch_size=10, min_eigenvalue=0.1,
+         neighbouring="replace-one")
+
+
 def _clip_min_eigenvalue_too_small(tmp, raises):
   for algorithm in ("hess-clip", "qu-clip"):  # L1/n = 0.25/50 = 0.005
     with raises():
@@ -558,6 +579,44 @@ def _libsvm_missing_file(tmp, raises):
     data.load_libsvm(tmp / "no-such-file.svm")
 
 
+def _estimator(**kwargs):
+  from dpjax.sklearn import DPLogisticRegression  # the sklearn extra (part of dev)
+  return DPLogisticRegression(**{"classes": [-1.0, 1.0], **kwargs})
+
+
+def _estimator_labels_outside_classes(tmp, raises):
+  with raises():
+    _estimator(classes=[0, 1]).fit(X, Y)
+
+
+def _estimator_data_norm_none(tmp, raises):
+  with raises():
+    _estimator(data_norm=None).fit(X, Y)
+
+
+def _accountant_over_budget(tmp, raises):
+  from dpjax.sklearn import BudgetAccountant
+  acc = BudgetAccountant(epsilon=1.0, delta=1e-6)
+  with raises():
+    _estimator(epsilon=2.0, delta=1e-6, accountant=acc).fit(X, Y)
+
+
+def _standardize_not_a_standardizer(tmp, raises):
+  with raises():
+    _fit(DS, standardize=(0.0, 1.0))
+
+
+def _standardize_bounds_empty(tmp, raises):
+  with raises():
+    dpjax.standardize.PrivateStandardizer(bounds=(1.0, 1.0))
+
+
+def _standardize_algorithm(tmp, raises):
+  with raises():
+    _fit(DS, "dp-sgd", batch_size=10,
+         standardize=dpjax.standardize.PrivateStandardizer(bounds=(-1.0, 1.0)))
+
+
 CASES: dict[str, Callable] = {
     "nan-or-inf-in-data": _nan_or_inf_in_data,
     "row-norm-above-1": _row_norm_above_1,
@@ -600,7 +659,15 @@ CASES: dict[str, Callable] = {
     "unknown-loss": _unknown_loss,
     "unknown-accounting": _unknown_accounting,
     "unknown-option": _unknown_option,
+    "unknown-neighbouring": _unknown_neighbouring,
+    "replace-one-poisson": _replace_one_poisson,
     "clip-min-eigenvalue-too-small": _clip_min_eigenvalue_too_small,
+    "estimator-labels-outside-classes": _estimator_labels_outside_classes,
+    "estimator-data-norm-none": _estimator_data_norm_none,
+    "accountant-over-budget": _accountant_over_budget,
+    "standardize-not-a-standardizer": _standardize_not_a_standardizer,
+    "standardize-bounds-empty": _standardize_bounds_empty,
+    "standardize-algorithm": _standardize_algorithm,
     "libsvm-bad-label": _libsvm_bad_label,
     "libsvm-nonfinite-label": _libsvm_nonfinite_label,
     "libsvm-malformed-feature": _libsvm_malformed_feature,
@@ -741,7 +808,8 @@ def _fake_fit_result(**fields):
               seconds_run=0.0, guard_resets=np.zeros(1, np.int64), average="none",
               final_excess_losses=np.array([0.1]), gradient_evaluations=2,
               curvature_evaluations=0, options={}, auto_reason="", batch_size=0,
-              loss="logistic", private=True, curvature_batch_size=0)
+              loss="logistic", private=True, curvature_batch_size=0, seed=None,
+              neighbouring="zero-out")
   base.update(fields)
   return types.SimpleNamespace(**base)
 

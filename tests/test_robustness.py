@@ -155,6 +155,8 @@ def _check_no_minimiser(res) -> None:
   """Separable data: optimum_loss falls back to the tiny ridge, so excess losses
   may dip below 0, by at most loss_star (the loss is >= 0), never to -inf."""
   assert res.ridge == training.SEPARABLE_RIDGE
+  # No rounding tolerance needed: the float64 mean of logaddexp(0, .) >= 0 is >= 0, and
+  # rounding is monotone, so fl(loss - loss_star) >= fl(0 - loss_star) = -loss_star exactly.
   assert np.all(res.excess_losses >= -res.loss_star)
 
 
@@ -205,6 +207,7 @@ def test_zero_rows(case, algorithm):
     _assert_finite(res, f"{case} {algorithm}")
     if case == "all":  # every margin is 0: the loss is log 2 at any w.
       assert res.loss_star == pytest.approx(np.log(2.0), abs=1e-12)
+      # atol 1e-12: log 2 minus log 2, both float64 means over 60 rows (~1e-16 rounding).
       np.testing.assert_allclose(res.excess_losses, 0.0, atol=1e-12)
 
 
@@ -225,6 +228,7 @@ def test_separable_data_with_a_large_optimum():
 def test_separable_optimum_has_a_large_norm_and_a_finite_loss():
   x, y = _separable()
   loss_star, ridge = training.optimum_loss(x, y)
+  # 0 <= loss_star is exact: a float64 mean of logaddexp(0, .) >= 0 values, no rounding slack.
   assert ridge == training.SEPARABLE_RIDGE and 0.0 <= loss_star < 1e-3
   opt = solve.logistic_optimum(np.asarray(x, np.float64), np.asarray(y, np.float64), ridge=ridge)
   assert np.linalg.norm(opt.w) > 50.0  # about 90 at ridge 1e-9; unbounded as the ridge -> 0.
@@ -252,10 +256,12 @@ def test_float32_and_float64_fits_agree():
   x, y = (np.asarray(a) for a in data.synthetic(8, n=300, d=6))
   # Two budgets in one program each (the budget sets the adaptive lambda).
   kwargs = dict(epsilons=[0.5, 50.0], steps=4, repeats=1, disable_noise_for_testing=True)
-  res32 = training.fit_levels((x, y), "hess-clip", **kwargs)
-  with jax.enable_x64(True):
+  with pytest.warns(dpjax.PrivacyLeakWarning, match="fit_levels"):
+    res32 = training.fit_levels((x, y), "hess-clip", **kwargs)
+  with jax.enable_x64(True), pytest.warns(dpjax.PrivacyLeakWarning, match="fit_levels"):
     res64 = training.fit_levels((x.astype(np.float64), y.astype(np.float64)), "hess-clip",
                                 **kwargs)
+  assert not any(r.private for r in res32 + res64)  # no noise: no private release
   for r32, r64 in zip(res32, res64):
     assert r32.params.dtype == np.float32 and r64.params.dtype == np.float64
     _assert_finite(r32, "float32")

@@ -122,9 +122,10 @@ _FIT_SCRIPT = textwrap.dedent(
                          seed=3), refs["dp-gd"], "numpy y")
     check_inputs(1, 2)
     # fit_levels: (keys, budgets, x, y), one program for both levels.
-    refs = training.fit_levels(ds, "qu-clip", epsilons=[1.0, 8.0], steps=3, repeats=2)
+    refs = training.fit_levels(ds, "qu-clip", epsilons=[1.0, 8.0], steps=3, repeats=2, seed=3)
     seen.clear()
-    outs = training.fit_levels((xs, ys), "qu-clip", epsilons=[1.0, 8.0], steps=3, repeats=2)
+    outs = training.fit_levels((xs, ys), "qu-clip", epsilons=[1.0, 8.0], steps=3, repeats=2,
+                               seed=3)
     check_inputs(2, 3)
     for out, ref in zip(outs, refs):
       check_same(out, ref, "fit_levels")

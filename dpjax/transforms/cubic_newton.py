@@ -28,29 +28,42 @@ then ``w_{t+1} = sum_{i=1}^{N} 2i / (N (N+1)) theta_i`` (weights summing to
 2012 style, average; it is kept as a running average, exactly a convex
 combination, so ``w_{t+1} in W``).
 
-Privacy (add/remove neighbours, ``n`` public: every mean divides by ``n``).
-Only the first two terms of ``grad phi_t`` see the data; the cubic term and
-``w_t`` (a previous output) are public. One example moves ``g + H (theta -
-w_t)`` by ``(1/n) (grad f_j(w_t) + hess f_j(w_t) (theta - w_t))``, of norm
-``<= (L0 + L1 ||theta - w_t||) / n <= (L0 + L1 D) / n`` since ``theta`` and
-``w_t`` lie in ``W``. So each inner step is a Gaussian mechanism with L2
-sensitivity ``Delta = (L0 + L1 D) / n`` (the iterates are post-processing of
-the previous releases, so adaptive composition applies), which is
-``Delta^2 / (2 sigma^2)``-zCDP (Bun & Steinke 2016, Prop. 1.6), and ``N``
-of them compose to ``N Delta^2 / (2 sigma^2)`` (Lemma 2.3). Setting this to
-the outer step's ``rho_t`` gives the noise variance
+Privacy (``n`` public: every mean divides by ``n``; neighbours differ in one
+row, ``neighbouring`` (:mod:`dpjax._neighbouring`): ``"zero-out"``, the
+default, replaces it by the null row, which contributes zero gradient and
+zero Hessian; ``"replace-one"`` by any other row). Only the first two terms
+of ``grad phi_t`` see the data; the cubic term and ``w_t`` (a previous
+output) are public. Zero-out moves ``g + H (theta - w_t)`` by ``(1/n) (grad
+f_j(w_t) + hess f_j(w_t) (theta - w_t))``, of norm ``<= (L0 + L1 ||theta -
+w_t||) / n <= (L0 + L1 D) / n`` since ``theta`` and ``w_t`` lie in ``W``.
+Replace-one moves it by ``(1/n) ((grad f_j - grad f_j') + (hess f_j - hess
+f_j') (theta - w_t))``: the gradients differ by ``<= 2 L0``, and the
+Hessians, both PSD (each ``f(.; z)`` is convex) with operator norm ``<= L1``,
+differ by ``<= L1`` in operator norm (``-hess f_j' <= hess f_j - hess f_j' <=
+hess f_j``), so the change is ``<= (2 L0 + L1 D) / n``: not twice the
+zero-out bound. So each inner step is a Gaussian mechanism with L2
+sensitivity ``Delta = (L0 + L1 D) / n`` (zero-out) or ``(2 L0 + L1 D) / n``
+(replace-one) (the iterates are post-processing of the previous releases,
+so adaptive composition applies), which is ``Delta^2 / (2 sigma^2)``-zCDP
+(Bun & Steinke 2016, Prop. 1.6), and ``N`` of them compose to ``N Delta^2 /
+(2 sigma^2)`` (Lemma 2.3). Setting this to the outer step's ``rho_t`` gives
+the noise variance (zero-out)
 
 ``sigma^2 = N (L0 + L1 D)^2 / (2 rho_t n^2)``
 
 (spec 3: the extracted paper formula ``N (L0 + L1 D)^2 / (2 rho_t)`` lost
-the ``n^2``; this is the derived, corrected form), and the inner step count
-of Algorithm 2 is
+the ``n^2``; this is the derived, corrected form), and ``sigma^2 = N (2 L0 +
+L1 D)^2 / (2 rho_t n^2)`` under replace-one. The inner step count of
+Algorithm 2 is, under both relations,
 
 ``N = ceil(2 rho_t (L0 + L1 D + L2 D^2)^2 n^2 / ((L0 + L1 D)^2 d))``.
 
 With these, ``sigma^2 = (L0 + L1 D + L2 D^2)^2 / d`` up to the rounding of
-``N``: the total noise norm matches the paper's bound on ``||grad phi_t||``
-over ``W`` (it uses ``L2 D^2``, not the tighter ``L2 D^2 / 2``). ``T`` outer
+``N`` (zero-out; times ``((2 L0 + L1 D) / (L0 + L1 D))^2`` under
+replace-one): the total noise norm matches the paper's bound on
+``||grad phi_t||`` over ``W`` (it uses ``L2 D^2``, not the tighter
+``L2 D^2 / 2``). Keeping ``N`` under replace-one keeps the solver's step
+schedule; any public ``N`` is private. ``T`` outer
 steps compose to ``T rho_t`` (Algorithm 1); the final output and every
 iterate are post-processing. All of this arithmetic is in
 :func:`cubic_solver_calibration`, the noise std comes from
@@ -80,6 +93,7 @@ import numpy as np
 import optax
 from jax import lax
 
+from dpjax import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import noise
@@ -115,8 +129,8 @@ class CubicSolverCalibration(NamedTuple):
   """DPSolver's privacy calibration for one outer step (Python numbers; spec 3)."""
 
   inner_steps: int  # N = ceil(2 rho_t (L0 + L1 D + L2 D^2)^2 n^2 / ((L0 + L1 D)^2 d)).
-  noise_std: float  # sigma = sqrt(N) (L0 + L1 D) / (n sqrt(2 rho_t)).
-  sensitivity: float  # Delta = (L0 + L1 D) / n, of each inner gradient.
+  noise_std: float  # sigma = sqrt(N) Delta / sqrt(2 rho_t).
+  sensitivity: float  # Delta = (L0 + L1 D) / n (zero-out) or (2 L0 + L1 D) / n (replace-one).
   gradient_bound: float  # L0 + L1 D + L2 D^2, the paper's bound on ||grad phi_t|| over W.
   rho_per_inner_step: float  # rho_t / N = Delta^2 / (2 sigma^2).
 
@@ -187,17 +201,19 @@ def cubic_solver_calibration(
     smoothness: float,
     hessian_lipschitz: float,
     radius: float,
+    neighbouring: str = "zero-out",
 ) -> CubicSolverCalibration:
   """Inner step count and noise of DPSolver (Algorithm 2, spec 3, corrected).
 
   With ``D = 2 radius``, ``B = L0 + L1 D`` and ``A = L0 + L1 D + L2 D^2``:
 
-  * ``Delta = B / n``: the L2 sensitivity of ``g + H (theta - theta_0)``
-    (one example moves it by at most ``(L0 + L1 ||theta - theta_0||) / n``;
-    ``theta, theta_0 in W``);
-  * ``N = ceil(2 rho_t A^2 n^2 / (B^2 d))`` (Algorithm 2, line 2);
+  * ``Delta = B / n`` (zero-out) or ``(2 L0 + L1 D) / n`` (replace-one): the
+    L2 sensitivity of ``g + H (theta - theta_0)`` (``theta, theta_0 in W``;
+    module docstring);
+  * ``N = ceil(2 rho_t A^2 n^2 / (B^2 d))`` (Algorithm 2, line 2; the same
+    under both relations);
   * ``sigma = gaussian_sigma(Delta, rho_t / N)``, i.e.
-    ``sigma^2 = N B^2 / (2 rho_t n^2)``: ``N`` Gaussian mechanisms of
+    ``sigma^2 = N (n Delta)^2 / (2 rho_t n^2)``: ``N`` Gaussian mechanisms of
     sensitivity ``Delta`` compose to ``rho_t`` (Bun & Steinke 2016,
     Prop. 1.6, Lemma 2.3). The paper's text drops the ``n^2`` (spec 3).
 
@@ -209,6 +225,7 @@ def cubic_solver_calibration(
     smoothness: L1 > 0.
     hessian_lipschitz: L2 > 0.
     radius: the domain ball's radius ``D / 2 > 0``.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"``.
 
   Returns:
     :class:`CubicSolverCalibration` of Python numbers (float64 arithmetic).
@@ -219,6 +236,11 @@ def cubic_solver_calibration(
     ...                              smoothness=0.26, hessian_lipschitz=0.0962, radius=3.0)
     >>> c.inner_steps, round(c.noise_std, 4), round(c.noise_std**2 * 10 / c.gradient_bound**2, 5)
     (1092448, 1.9142, 1.0)
+    >>> r = cubic_solver_calibration(n=10_000, rho_per_step=0.01, d=10, lipschitz=1.03,
+    ...                              smoothness=0.26, hessian_lipschitz=0.0962, radius=3.0,
+    ...                              neighbouring="replace-one")
+    >>> r.inner_steps, round(r.sensitivity * 10_000, 6)  # 2 L0 + L1 D = 2.06 + 1.56
+    (1092448, 3.62)
   """
   n = _validate.positive_int(n, "n")
   rho_t = _validate.positive_float(rho_per_step, "rho_per_step")
@@ -227,11 +249,14 @@ def cubic_solver_calibration(
   l1 = _validate.positive_float(smoothness, "smoothness")
   l2 = _validate.positive_float(hessian_lipschitz, "hessian_lipschitz")
   diameter = 2.0 * _validate.positive_float(radius, "radius")
+  replace_one = _neighbouring.check(neighbouring) == "replace-one"
   b = l0 + l1 * diameter
   a = b + l2 * diameter * diameter
   steps = math.ceil(2.0 * rho_t * (a / b) ** 2 * float(n) * float(n) / d)
   steps = max(1, int(steps))
-  sensitivity = b / n
+  # The one place where the DPSolver sensitivity is derived (module docstring):
+  # zero-out (L0 + L1 D) / n; replace-one (2 L0 + L1 D) / n.
+  sensitivity = (2.0 * l0 + l1 * diameter if replace_one else b) / n
   rho_inner = rho_t / steps
   sigma = accounting.gaussian_sigma(sensitivity, rho_inner)
   return CubicSolverCalibration(steps, sigma, sensitivity, a, rho_inner)
@@ -301,6 +326,7 @@ def cubic_newton(
     center: Any = None,
     max_inner_steps: int | None = None,
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
     unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
@@ -315,7 +341,8 @@ def cubic_newton(
   (:func:`solver_average_weights`); add it to ``params``. The module
   docstring gives the sensitivity argument; the noise and ``N`` come from
   :func:`cubic_solver_calibration`:
-  ``sigma^2 = N (L0 + L1 D)^2 / (2 rho_t n^2)``,
+  ``sigma^2 = N (L0 + L1 D)^2 / (2 rho_t n^2)`` (``neighbouring="zero-out"``;
+  ``(2 L0 + L1 D)^2`` for ``"replace-one"``),
   ``N = ceil(2 rho_t (L0 + L1 D + L2 D^2)^2 n^2 / ((L0 + L1 D)^2 d))``.
   Each outer step charges ``rho_t`` (``rho_t N'/N`` with a cap, see below)
   where the noise is drawn.
@@ -358,6 +385,8 @@ def cubic_newton(
       ``rho_t N' / N <= rho_t`` per outer step. It costs accuracy. Needed
       when ``N > 2^31 - 1`` (int32 loop counter).
     key: int seed or typed PRNG key (``jax.random.key``); required.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"`` (noise x
+      ``(2 L0 + L1 D) / (L0 + L1 D)``, same ``N``; module docstring).
     disable_noise_for_testing: if True, the solver adds no noise (same ``N``,
       same charges); the output is NOT private. For tests only.
 
@@ -368,7 +397,7 @@ def cubic_newton(
   Raises:
     ValueError, TypeError: eagerly, at construction, for a bad budget, ``n``,
       constant (``mu <= 0``, ``mu > L1``, any constant ``<= 0``), radius,
-      centre, cap, key or flag; at ``init``, for params outside the ball,
+      centre, cap, ``neighbouring``, key or flag; at ``init``, for params outside the ball,
       a centre of the wrong shape or ``N' > 2^31 - 1``; at ``update``, for a
       missing ``params`` or ``curvature_matrix``.
 
@@ -414,6 +443,7 @@ def cubic_newton(
     center_host = None
   if max_inner_steps is not None:
     max_inner_steps = _validate.positive_int(max_inner_steps, "max_inner_steps")
+  neighbouring = _neighbouring.check(neighbouring)
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
   exact = _common.exact_noise(unsafe_float_noise, "cubic_newton")
@@ -425,7 +455,7 @@ def cubic_newton(
     """(calibration, steps run N', charge per outer step) for dimension d."""
     cal = cubic_solver_calibration(
         n=n, rho_per_step=rho_step, d=d, lipschitz=l0, smoothness=l1,
-        hessian_lipschitz=l2, radius=radius)
+        hessian_lipschitz=l2, radius=radius, neighbouring=neighbouring)
     run = cal.inner_steps if max_inner_steps is None else min(cal.inner_steps, max_inner_steps)
     if run > _MAX_INNER_STEPS:
       raise ValueError(

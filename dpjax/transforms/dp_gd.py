@@ -5,13 +5,18 @@ Update (spec 2.1, with ``eta = 1/L1 = 4`` for the logistic loss):
 ``w_{t+1} = w_t - eta (grad l(w_t) + N(0, s^2 I_d))``,
 ``s = (L0 / n) / sqrt(2 rho_t)``.
 
-Sensitivity argument: neighbouring datasets differ by adding or removing one
-example and ``n`` is public (every average divides by the same ``n``). Each
+Sensitivity argument: ``n`` is public (every average divides by the same
+``n``) and neighbouring datasets differ in one row (``neighbouring``,
+:mod:`dpjax._neighbouring`): ``"zero-out"`` (the default) replaces it by the
+null row, whose gradient is 0; ``"replace-one"`` by any other row. Each
 per-example gradient has norm ``<= L0`` (``grad_norm_bound``; ``L0 = 1`` for
-the logistic loss with ``||x|| <= 1``), so the mean gradient has L2
-sensitivity ``L0 / n`` and adding ``N(0, s^2 I)`` is ``rho_t``-zCDP (Bun &
-Steinke 2016, Prop. 1.6). The learning rate is public post-processing, so the
-iterate noise has std ``eta s``. T steps compose to ``T rho_t`` (Lemma 2.3).
+the logistic loss with ``||x|| <= 1``), so the mean gradient moves by
+``||g_i|| / n <= L0 / n`` under zero-out and by ``||g_i - g_i'|| / n <= 2 L0 /
+n`` under replace-one (two gradients can point in opposite directions). With
+that sensitivity ``Delta``, ``s = Delta / sqrt(2 rho_t)`` and adding
+``N(0, s^2 I)`` is ``rho_t``-zCDP (Bun & Steinke 2016, Prop. 1.6). The
+learning rate is public post-processing, so the iterate noise has std
+``eta s``. T steps compose to ``T rho_t`` (Lemma 2.3).
 
 This module also holds the small helpers (budget arguments, PRNG keys, the
 step-budget gate) that :mod:`dpjax.transforms.dp_newton` reuses.
@@ -25,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from dpjax import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import noise
@@ -57,6 +63,7 @@ def dp_gd(
     learning_rate: float = 4.0,
     grad_norm_bound: float = 1.0,
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
     unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
@@ -64,13 +71,14 @@ def dp_gd(
 
   ``update(g, state)`` takes the MEAN gradient ``g`` over the ``n`` examples and
   returns ``-learning_rate * (g + N(0, s^2 I))`` with
-  ``s = accounting.gaussian_sigma(grad_norm_bound / n, rho_per_step)``
-  ``= (L0 / n) / sqrt(2 rho_t)``, charging ``rho_t`` to the accountant in the
-  state. Sensitivity: add/remove one example with ``n`` public and every
-  per-example gradient of norm ``<= grad_norm_bound`` (1 for logistic loss
-  with ``||x|| <= 1``), so the mean gradient moves by at most
-  ``grad_norm_bound / n``. The noise is drawn from a key split off the state
-  key, fresh at every step.
+  ``s = accounting.gaussian_sigma(f * grad_norm_bound / n, rho_per_step)``
+  ``= (f L0 / n) / sqrt(2 rho_t)``, charging ``rho_t`` to the accountant in
+  the state. Sensitivity (module docstring): ``n`` public, every per-example
+  gradient of norm ``<= grad_norm_bound`` (1 for logistic loss with
+  ``||x|| <= 1``), so the mean gradient moves by at most ``f L0 / n`` with
+  ``f = 1`` for ``neighbouring="zero-out"`` (one row replaced by the null
+  row) and ``f = 2`` for ``"replace-one"`` (by any row). The noise is drawn
+  from a key split off the state key, fresh at every step.
 
   Budget: exactly one of ``rho`` (total) with ``steps`` (``rho / steps`` per
   step), or ``rho_per_step`` (optionally with ``steps``). With ``steps`` the
@@ -95,6 +103,8 @@ def dp_gd(
     learning_rate: step size eta > 0; default 4 = 1/L1 for logistic loss.
     grad_norm_bound: L0, the bound on each example's gradient norm.
     key: int seed or typed PRNG key (``jax.random.key``); required.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"`` (noise x 2);
+      see :mod:`dpjax._neighbouring`.
     disable_noise_for_testing: if True, adds no noise and the output is NOT
       private (the accountant is still charged). For tests only.
     unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
@@ -107,8 +117,8 @@ def dp_gd(
     :class:`DPGDState`.
 
   Raises:
-    ValueError, TypeError: bad budget, ``n``, ``learning_rate``, bound, key
-      or flag (eagerly, at construction).
+    ValueError, TypeError: bad budget, ``n``, ``learning_rate``, bound,
+      ``neighbouring``, key or flag (eagerly, at construction).
 
   Examples:
     >>> import jax, optax
@@ -131,12 +141,13 @@ def dp_gd(
   rho_step, steps = _common.per_step_budget(rho, steps, rho_per_step)
   learning_rate = _validate.positive_float(learning_rate, "learning_rate")
   grad_norm_bound = _validate.positive_float(grad_norm_bound, "grad_norm_bound")
+  factor = _neighbouring.vector_factor(neighbouring)  # 1 zero-out, 2 replace-one.
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
   exact = _common.exact_noise(unsafe_float_noise, "dp_gd")
 
-  # The one place where the DP-GD noise scale is derived (spec 2.1).
-  sensitivity = grad_norm_bound / n
+  # The one place where the DP-GD noise scale is derived (spec 2.1): sensitivity f L0 / n.
+  sensitivity = factor * grad_norm_bound / n
   sigma = accounting.gaussian_sigma(sensitivity, rho_step)
   used_sigma = 0.0 if no_noise else sigma
 

@@ -5,55 +5,83 @@ Algorithm 3; ``spec-newton.md`` sections 4.1-4.3. One step at ``w_t``, with
 the mean gradient ``g`` and the mean second-order information (SOI) matrix
 ``H`` (the Hessian or the quadratic upper bound "QU"):
 
-1. ``g~ = g + N(0, sigma_g^2 I)``, ``sigma_g = (L0/n) / sqrt(2 rho_grad)``;
+1. ``g~ = g + N(0, sigma_g^2 I)``, ``sigma_g = (f_g L0/n) / sqrt(2 rho_grad)``;
 2. adaptive lambda only (spec 4.3): ``tr~ = tr(H) + N(0, sigma_tr^2)``,
    ``sigma_tr = (L1/n) / sqrt(2 rho_trace)``, and
    ``lam = max((c max(0, tr~) / (n^2 rho_direction))^(1/3), 4 L1/n)``;
 3. ``w_{t+1} = w_t - Psi_lam(H)^{-1} g~ + N(0, (||g~|| s(lam))^2 / (2 rho_direction) I)``.
 
+Neighbouring relation (``neighbouring``, :mod:`dpjax._neighbouring`): ``n``
+is public and neighbours differ in one row: ``"zero-out"`` (the default)
+replaces it by the null row, which contributes zero gradient and zero
+curvature; ``"replace-one"`` replaces it by any other row.
+
 Sensitivity argument for the logistic SOI (``curvature_structure="rank_one"``,
-the default; add/remove neighbours, ``n`` public): with
-``||x_i|| <= 1`` every per-example gradient has norm ``<= L0 = 1`` and every
-per-example SOI term ``c(z) x x^T`` (``c <= 1/4``) has operator norm and trace
-``<= L1 = 1/4``. So the mean gradient has L2 sensitivity ``L0/n``, the trace
-``L1/n``, and ``H`` moves by a rank-1 PSD term of norm ``<= L1/n``. Given the
-public ``g~``, the direction ``Psi_lam(H)^{-1} g~`` then moves by at most
-``||g~|| s(lam)`` with
+the default): with ``||x_i|| <= 1`` every per-example gradient has norm
+``<= L0 = 1`` and every per-example SOI term ``A_i = c(z) x x^T``
+(``0 <= c <= 1/4``) is PSD with operator norm and trace ``c ||x||^2`` in
+``[0, L1]``, ``L1 = 1/4``. So:
 
-* add: ``s = (L1/n) / (lam (lam + L1/n))`` by Sherman-Morrison (spec 4.2,
-  re-derived);
-* clip: ``s = (L1/n) / (lam (lam - L1/n))``, the paper's claim (its proof is
-  in the appendix, spec 4.2); it needs ``lam > L1/n``.
+* gradient: zero-out moves the mean by ``||g_i|| / n <= L0/n``, replace-one by
+  ``||g_i - g_i'|| / n <= 2 L0/n``: ``f_g = 1`` or 2;
+* trace: zero-out moves it by ``tr(A_i) / n <= L1/n``, replace-one by
+  ``|tr(A_i) - tr(A_i')| / n <= L1/n``, the difference of two numbers in
+  ``[0, L1]``: the same ``L1/n`` under both relations (it does not double);
+* direction: given the public ``g~`` (and the public lambda), the direction
+  ``Psi_lam(H)^{-1} g~`` moves by at most ``||g~|| s(lam)``. Zero-out moves
+  ``H`` by a rank-1 PSD term of norm ``<= L = L1/n``, and
 
-For ``L1 = 1/4`` these are ``1 / (4 n lam^2 +- lam)``. The three Gaussian
+  * add: ``s = L / (lam (lam + L))`` by Sherman-Morrison (spec 4.2,
+    re-derived);
+  * clip: ``s = L / (lam (lam - L))``, the paper's claim (its proof is in
+    the appendix, spec 4.2); it needs ``lam > L``.
+
+  Replace-one: let ``M = H0 + lam I`` with ``H0`` the mean SOI with the null
+  row in the replaced place (PSD, so ``M >= lam I``), and ``H = H0 + A/n``,
+  ``H' = H0 + A'/n``. For add, ``P = M^{-1} - (M + A/n)^{-1}`` and ``P' =
+  M^{-1} - (M + A'/n)^{-1}`` are PSD (matrix inversion is operator monotone
+  decreasing) with ``||P||, ||P'|| <= s`` (the zero-out bound), and
+  ``(H + lam I)^{-1} - (H' + lam I)^{-1} = P' - P`` lies between ``-P`` and
+  ``P'`` in the PSD order, so its operator norm is ``<= s``: add's
+  sensitivity is the same ``s`` under both relations. Eigenvalue clipping is
+  not operator monotone, so for clip the only bound is the triangle
+  inequality through ``H0``: ``2 s``.
+
+For ``L1 = 1/4`` the zero-out factors are ``1 / (4 n lam^2 +- lam)``. The three Gaussian
 mechanisms are ``rho_grad``-, ``rho_trace``- and ``rho_direction``-zCDP and
 compose to ``rho_step`` per step (Bun & Steinke 2016, Prop. 1.6 and Lemma 2.3);
 with a fixed lambda there is no trace query and ``rho_trace = 0``.
 
 General convex losses (``curvature_structure="general"``, spec 4.6, Remark
 5.5). The caller clips every example's gradient to L2 norm ``<= L0`` and
-every example's Hessian ``H_i`` (PSD, the loss being convex in ``w``) to
-Frobenius norm ``<= L1`` (``curvature_norm="frobenius"``) or operator norm
-``<= L1`` (``"spectral"``), e.g. with :func:`dpjax.losses.newton_step_inputs`.
-Then, with ``n`` public:
+every example's Hessian ``H_i`` (PSD, each example's loss being convex in
+``w``; clipping scales it, so it stays PSD) to Frobenius norm ``<= L1``
+(``curvature_norm="frobenius"``) or operator norm ``<= L1``
+(``"spectral"``), e.g. with :func:`dpjax.losses.newton_step_inputs`. Then,
+with ``n`` public:
 
-* the mean gradient still has L2 sensitivity ``L0/n``;
-* ``||H - H'||_op = ||H_i||_op / n <= L1/n`` (the Frobenius norm bounds the
-  operator norm), and both ``H, H'`` are PSD, so
+* the mean gradient has L2 sensitivity ``L0/n`` (zero-out) or ``2 L0/n``
+  (replace-one), as above;
+* zero-out: ``||H - H'||_op = ||H_i||_op / n <= L1/n`` (the Frobenius norm
+  bounds the operator norm), and both ``H, H'`` are PSD, so
   ``(H + lam I)^{-1} - (H' + lam I)^{-1} = (H + lam I)^{-1} (H' - H) (H' + lam I)^{-1}``
   has operator norm ``<= L1 / (n lam^2)``: add's direction sensitivity is
-  ``s = L1 / (n lam^2)`` (spec 4.6). Clip has no proof for a general ``H_i``
-  and is refused;
-* ``|tr(H_i)| = |<H_i, I>_F| <= sqrt(d) ||H_i||_F <= sqrt(d) L1``
-  (Cauchy-Schwarz) for Frobenius clipping, and
-  ``|tr(H_i)| <= d ||H_i||_op <= d L1`` for spectral clipping; so the trace
+  ``s = L1 / (n lam^2)`` (spec 4.6). Replace-one: the operator-monotone
+  argument above (``P, P'`` PSD of norm ``<= s``) keeps ``s``; so does
+  ``||H_i - H_i'||_op <= L1`` (lemma 3 of :mod:`dpjax._neighbouring`) in the
+  identity. Clip has no proof for a general ``H_i`` and is refused;
+* ``0 <= tr(H_i) = <H_i, I>_F <= sqrt(d) ||H_i||_F <= sqrt(d) L1``
+  (PSD; Cauchy-Schwarz) for Frobenius clipping, and
+  ``0 <= tr(H_i) <= d ||H_i||_op <= d L1`` for spectral clipping; so the trace
   query of the adaptive lambda has sensitivity ``sqrt(d) L1/n`` or
-  ``d L1/n`` (:func:`trace_sensitivity`).
+  ``d L1/n`` (:func:`trace_sensitivity`), under both relations (two numbers
+  in ``[0, sqrt(d) L1]`` or ``[0, d L1]``).
 
 A public, data-independent ridge ``mu`` added as ``mu w`` to the gradient and
 ``mu I`` to ``H`` (unclipped, un-noised) leaves every sensitivity above
-unchanged: it cancels in ``H - H'`` and only raises the eigenvalues of
-``H + lam I`` (``(H + (mu + lam) I)^{-1}`` is bounded by ``1/lam`` still).
+unchanged, under both relations: it cancels in ``H - H'`` (and in ``g_i -
+g_i'``) and only raises the eigenvalues of ``H + lam I`` (``(H + (mu + lam)
+I)^{-1}`` is bounded by ``1/lam`` still).
 
 All privacy arithmetic is in the pure functions :func:`newton_budget`,
 :func:`direction_sensitivity`, :func:`trace_sensitivity` and
@@ -71,6 +99,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dpjax import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import noise
@@ -170,11 +199,12 @@ def direction_sensitivity(
     curvature_norm_bound: float = 0.25,
     modification: str,
     curvature_structure: str = "rank_one",
+    neighbouring: str = "zero-out",
 ) -> Any:
   """Sensitivity of ``Psi_lam(H)^{-1} g~`` per unit ``||g~||`` (spec 4.2, 4.6).
 
   With ``L = curvature_norm_bound / n`` (the operator-norm sensitivity of the
-  mean SOI):
+  mean SOI under zero-out):
 
   * rank_one (each example's SOI is ``c x x^T``, the logistic case):
     add: ``L / (lam (lam + L))`` (Sherman-Morrison); clip:
@@ -185,6 +215,11 @@ def direction_sensitivity(
     ``A^{-1} - B^{-1} = A^{-1} (B - A) B^{-1}`` with ``A, B >= lam I``.
     Clip is refused: no proof is written down for a general ``H_i``.
 
+  ``neighbouring="replace-one"`` (module docstring): add keeps the same
+  value (the two zero-out changes are PSD of norm ``<= s``, so their
+  difference has norm ``<= s``); clip doubles it (triangle inequality through
+  the dataset with the null row in the replaced place).
+
   Args:
     lam: the minimum eigenvalue; a Python number, or an array (may be traced,
       e.g. the adaptive lambda; then no value check is possible).
@@ -192,6 +227,7 @@ def direction_sensitivity(
     curvature_norm_bound: L1, the bound on each example's SOI operator norm.
     modification: ``"clip"`` or ``"add"``.
     curvature_structure: ``"rank_one"`` (default) or ``"general"``.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"``.
 
   Returns:
     A Python float for a Python ``lam``, else an array.
@@ -210,11 +246,17 @@ def direction_sensitivity(
     ...                           modification="add", curvature_structure="general")
     >>> round(s, 12)  # L1 / (n lam^2) = 1 / (1000 * 1e-4)
     10.0
+    >>> [direction_sensitivity(0.01, n=1000, modification=m, neighbouring="replace-one")
+    ...  / direction_sensitivity(0.01, n=1000, modification=m) for m in ("add", "clip")]
+    [1.0, 2.0]
   """
   n = _validate.positive_int(n, "n")
   bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
   _validate.choice(modification, "modification", spectral.MODES)
   _check_structure(curvature_structure, modification)
+  replace_one = _neighbouring.check(neighbouring) == "replace-one"
+  # add: the same under both relations; clip: x 2 for replace-one (docstring).
+  factor = 2.0 if replace_one and modification == "clip" else 1.0
   lip = bound / n
   if _validate.is_concrete(lam):
     lam_host = np.asarray(jax.device_get(lam), np.float64)
@@ -230,7 +272,7 @@ def direction_sensitivity(
   if curvature_structure == "general":
     return lip / (lam * lam)
   shifted = lam + lip if modification == "add" else lam - lip
-  return lip / (lam * shifted)
+  return factor * lip / (lam * shifted)
 
 
 def trace_sensitivity(
@@ -240,17 +282,23 @@ def trace_sensitivity(
     curvature_norm_bound: float = 0.25,
     curvature_structure: str = "rank_one",
     curvature_norm: str = "frobenius",
+    neighbouring: str = "zero-out",
 ) -> float:
   """L1 sensitivity of ``tr(H)``, the adaptive lambda's trace query (spec 4.3, 4.6).
 
-  One example moves the mean SOI by ``H_i / n``, so the trace moves by
-  ``|tr(H_i)| / n``:
+  Zero-out moves the mean SOI by ``H_i / n``, so the trace moves by
+  ``tr(H_i) / n``, with ``tr(H_i)`` in ``[0, B]``:
 
   * rank_one: ``H_i = c x x^T`` is PSD of rank one, ``tr(H_i) = ||H_i||_op
-    <= L1``: sensitivity ``L1 / n``;
-  * general, Frobenius clipping: ``|tr(H_i)| = |<H_i, I>_F| <= sqrt(d)
-    ||H_i||_F <= sqrt(d) L1`` (Cauchy-Schwarz): ``sqrt(d) L1 / n``;
-  * general, spectral clipping: ``|tr(H_i)| <= d ||H_i||_op``: ``d L1 / n``.
+    <= L1``: ``B = L1``, sensitivity ``L1 / n``;
+  * general, Frobenius clipping: ``0 <= tr(H_i) = <H_i, I>_F <= sqrt(d)
+    ||H_i||_F <= sqrt(d) L1`` (PSD; Cauchy-Schwarz): ``sqrt(d) L1 / n``;
+  * general, spectral clipping: ``0 <= tr(H_i) <= d ||H_i||_op``: ``d L1 / n``.
+
+  Replace-one moves it by ``|tr(H_i) - tr(H_i')| / n``, the difference of two
+  numbers in ``[0, B]``: at most ``B / n``, the same value. The trace does
+  not double (the per-example terms are PSD, so their traces never change
+  sign).
 
   Args:
     n: number of examples.
@@ -259,6 +307,8 @@ def trace_sensitivity(
     curvature_structure: ``"rank_one"`` or ``"general"``.
     curvature_norm: the norm the per-example Hessians were clipped in
       (``"frobenius"`` or ``"spectral"``; only read for ``"general"``).
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"``: validated;
+      the value is the same (see above).
 
   Returns:
     The sensitivity, a Python float.
@@ -273,6 +323,7 @@ def trace_sensitivity(
   bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
   _validate.choice(curvature_structure, "curvature_structure", CURVATURE_STRUCTURES)
   _validate.choice(curvature_norm, "curvature_norm", per_example.CURVATURE_NORMS)
+  _neighbouring.check(neighbouring)  # Traces in [0, B]: no factor (docstring).
   if curvature_structure == "rank_one":
     factor = 1.0
   elif curvature_norm == "frobenius":
@@ -305,7 +356,9 @@ def adaptive_min_eigenvalue(
 
   ``lam = max((c max(0, tr~) / (n^2 rho_direction))^(1/3), floor)``: the
   paper's minimiser ``lam ~ (tr(H) / (n^2 rho_direction))^(1/3)`` (Sec. 5.2)
-  evaluated on the privately released trace ``tr~``, which is post-processing.
+  evaluated on the privately released trace ``tr~``, which is post-processing:
+  it reads no data, so it is the same under both neighbouring relations (the
+  floor ``4 L1 / n`` is public, and it keeps ``lam > L1 / n`` for clip).
 
   Args:
     noisy_trace: the noisy trace ``tr(H) + N(0, sigma_tr^2)``; number or
@@ -360,6 +413,7 @@ def dp_newton(
     curvature_structure: str = "rank_one",
     curvature_norm: str = "frobenius",
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
     unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
@@ -371,13 +425,16 @@ def dp_newton(
   with ``g~ = g + N(0, sigma_g^2 I)``; add it to ``params``. The module
   docstring gives the sensitivity argument; the noise scales are:
 
-  * ``sigma_g = gaussian_sigma(grad_norm_bound / n, rho_grad)``;
+  * ``sigma_g = gaussian_sigma(f_g grad_norm_bound / n, rho_grad)``, ``f_g = 1``
+    for ``neighbouring="zero-out"``, 2 for ``"replace-one"``;
   * ``sigma_tr = gaussian_sigma(trace_sensitivity(...), rho_trace)`` (adaptive;
-    ``L1 / n`` for rank_one, ``sqrt(d) L1 / n`` or ``d L1 / n`` for general);
+    ``L1 / n`` for rank_one, ``sqrt(d) L1 / n`` or ``d L1 / n`` for general;
+    the same under both relations);
   * ``lam = adaptive_min_eigenvalue(tr(H) + N(0, sigma_tr^2), ..., floor=4 L1/n)``
     or the fixed ``min_eigenvalue``;
   * direction std ``= gaussian_sigma(||g~|| * direction_sensitivity(lam), rho_direction)``
-    (``L1 / (n lam^2)`` per unit ``||g~||`` for general add);
+    (``L1 / (n lam^2)`` per unit ``||g~||`` for general add; add the same
+    under both relations, clip x 2 under replace-one);
 
   with the budget split of :func:`newton_budget`. Each part is charged to the
   accountant where its noise is drawn (keys split off the state key, fresh
@@ -422,6 +479,9 @@ def dp_newton(
       ``sqrt(d) L1 / n`` or ``d L1 / n``); ignored for rank_one, whose
       per-example terms have equal operator norm, Frobenius norm and trace.
     key: int seed or typed PRNG key (``jax.random.key``); required.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"``: gradient
+      noise x 2, trace noise unchanged, direction noise unchanged for add and
+      x 2 for clip (module docstring).
     disable_noise_for_testing: if True, no noise at all (the adaptive lambda
       then uses the exact trace); the output is NOT private. For tests only.
 
@@ -432,7 +492,7 @@ def dp_newton(
   Raises:
     ValueError, TypeError: eagerly, at construction, for a bad budget, ``n``,
       fraction, coefficient, bound, curvature, modification, min_eigenvalue
-      (including ``lam <= L1/n`` for clip), key or flag; for clip with
+      (including ``lam <= L1/n`` for clip), ``neighbouring``, key or flag; for clip with
       ``curvature_structure="general"``.
 
   Examples:
@@ -468,7 +528,8 @@ def dp_newton(
   curvature_norm_bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
   general = _check_structure(curvature_structure, modification) == "general"
   _validate.choice(curvature_norm, "curvature_norm", per_example.CURVATURE_NORMS)
-  lip = curvature_norm_bound / n  # Operator-norm sensitivity of the mean SOI.
+  grad_factor = _neighbouring.vector_factor(neighbouring)  # f_g: 1 or 2.
+  lip = curvature_norm_bound / n  # Operator-norm sensitivity of the mean SOI (zero-out).
   adaptive = isinstance(min_eigenvalue, str)
   if adaptive:
     if min_eigenvalue != "adaptive":
@@ -491,15 +552,16 @@ def dp_newton(
   exact = _common.exact_noise(unsafe_float_noise, "dp_newton")
   slack = noise.tv_per_coordinate() if exact and not no_noise else 0.0  # TV per coordinate
 
-  # The one place where the Newton noise scales are derived (spec 4.2, 4.3).
+  # The one place where the Newton noise scales are derived (spec 4.2, 4.3; module
+  # docstring): gradient f_g L0 / n, trace and direction from the two functions.
   budget = newton_budget(rho_step, grad_frac=grad_frac, trace_frac=trace_frac, adaptive=adaptive)
-  sens_grad = grad_norm_bound / n
+  sens_grad = grad_factor * grad_norm_bound / n
   sigma_grad = accounting.gaussian_sigma(sens_grad, budget.rho_grad)
 
   def sens_trace(d: int) -> float:
     return trace_sensitivity(n=n, d=d, curvature_norm_bound=curvature_norm_bound,
                              curvature_structure=curvature_structure,
-                             curvature_norm=curvature_norm)
+                             curvature_norm=curvature_norm, neighbouring=neighbouring)
 
   def sigma_trace(d: int) -> float:  # The trace query's std (spec 4.3, 4.6).
     if not adaptive:
@@ -511,7 +573,7 @@ def dp_newton(
   if not adaptive:
     fixed_sens = direction_sensitivity(
         fixed_lam, n=n, curvature_norm_bound=curvature_norm_bound, modification=modification,
-        curvature_structure=curvature_structure,
+        curvature_structure=curvature_structure, neighbouring=neighbouring,
     )
     fixed_unit_std = accounting.gaussian_sigma(fixed_sens, budget.rho_direction)
 
@@ -542,7 +604,7 @@ def dp_newton(
     new_key, k_grad, k_trace, k_dir = jax.random.split(state.key, 4)
     acc = state.accountant
 
-    # 1. Noisy gradient: sensitivity L0/n, budget rho_grad.
+    # 1. Noisy gradient: sensitivity f_g L0/n, budget rho_grad.
     g_noisy = noise.add_gaussian(k_grad, g, sensitivity=sens_grad,
                                  noise_std=noise_on * sigma_grad, exact=exact)
     acc = accounting.charge(acc, budget.rho_grad, slack=slack * d)
@@ -558,21 +620,22 @@ def dp_newton(
       )
       sens = direction_sensitivity(
           lam, n=n, curvature_norm_bound=curvature_norm_bound, modification=modification,
-          curvature_structure=curvature_structure,
+          curvature_structure=curvature_structure, neighbouring=neighbouring,
       )
       unit_std = accounting.gaussian_sigma(sens, budget.rho_direction)
     else:
       lam = jnp.asarray(fixed_lam, dt)
-      sens = jnp.asarray(fixed_sens, dt)
-      unit_std = jnp.asarray(fixed_unit_std, dt)
+      sens, unit_std = fixed_sens, fixed_unit_std  # public host floats: a host-planned release
 
     # 3. Noisy direction: sensitivity ||g~|| s(lam), budget rho_direction
-    #    (s = L1 / (n lam^2) for general add).
+    #    (s = L1 / (n lam^2) for general add; clip x 2 for replace-one).
     direction = spectral.modified_solve(h, g_noisy, lam, modification)
+    # Released per unit ||g~|| (public): direction / ||g~|| has sensitivity s(lam),
+    # and scaling the release back by ||g~|| is post-processing.
     g_norm = jnp.linalg.norm(g_noisy)
-    noisy_direction = noise.add_gaussian(
-        k_dir, direction, sensitivity=g_norm * sens, noise_std=noise_on * g_norm * unit_std,
-        exact=exact)
+    unit = jnp.where(g_norm > 0, g_norm, 1.0)
+    noisy_direction = g_norm * noise.add_gaussian(
+        k_dir, direction / unit, sensitivity=sens, noise_std=noise_on * unit_std, exact=exact)
     acc = accounting.charge(acc, budget.rho_direction, slack=slack * d)
 
     out = jnp.where(ok, -noisy_direction, jnp.zeros_like(g))
@@ -582,7 +645,7 @@ def dp_newton(
         min_eigenvalue=jnp.where(ok, lam.astype(dt), state.min_eigenvalue),
         grad_noise_std=state.grad_noise_std,
         trace_noise_std=state.trace_noise_std,
-        direction_noise_std=jnp.where(ok, (noise_on * g_norm * unit_std).astype(dt),
+        direction_noise_std=jnp.where(ok, (noise_on * g_norm * jnp.asarray(unit_std, dt)).astype(dt),
                                       state.direction_noise_std),
     )
     return out, new_state

@@ -563,8 +563,9 @@ def dp_newton_minibatch(
     direction = spectral.modified_solve(h, g_noisy, jnp.asarray(lam, dt), modification)
     g_norm = jnp.linalg.norm(g_noisy)
     dir_std = g_norm * jnp.asarray(unit_dir_std, dt)
-    noisy_direction = noise.add_gaussian(k_nd, direction, sensitivity=g_norm * sens,
-                                         noise_std=dir_std, exact=exact)
+    unit = jnp.where(g_norm > 0, g_norm, 1.0)  # released per unit ||g~||: post-processing back
+    noisy_direction = g_norm * noise.add_gaussian(k_nd, direction / unit, sensitivity=sens,
+                                                  noise_std=unit_dir_std, exact=exact)
     # Both subsampled Gaussians, both samples' truncation slack and the exact
     # sampler's TV slack (2d coordinates), this step.
     acc = accounting.charge_rdp(state.accountant, rdp_step,

@@ -8,32 +8,42 @@ floor, and run noisy gradient descent preconditioned by its inverse:
 
 1. release (step 0, and every ``refresh_every`` steps if asked):
    ``H~ = (H + H^T) / 2 + sigma_H (Z + Z^T) / 2``, ``Z_ij ~ N(0, 1)`` iid,
-   ``sigma_H = (L1 / n) / sqrt(2 rho_H)``;
+   ``sigma_H = (f_H L1 / n) / sqrt(2 rho_H)``;
 2. ``P = U diag(1 / max(lambda_i, kappa sqrt(2 d) sigma_H)) U^T`` from
    ``H~ = U diag(lambda) U^T`` (:func:`clipped_inverse`);
 3. every step: ``w_{t+1} = w_t - eta P (g_t + N(0, s^2 I_d))``,
-   ``s = (L0 / n) / sqrt(2 rho_g)``.
+   ``s = (f_g L0 / n) / sqrt(2 rho_g)``.
 
-Privacy argument (add/remove neighbours, ``n`` public, so every mean divides
-by the same ``n``):
+Privacy argument (``n`` public, so every mean divides by the same ``n``;
+neighbours differ in one row, :mod:`dpjax._neighbouring`: ``"zero-out"``,
+the default, replaces it by the null row, which contributes zero gradient and
+zero curvature; ``"replace-one"`` by any other row):
 
 * Curvature. The mean curvature is ``H = (1/n) sum_i c_i x_i x_i^T`` with
-  ``c_i <= 1/4`` (Hessian or quadratic upper bound of the logistic loss, at
-  any fixed point ``w``) and ``||x_i|| <= 1``; one example changes it by
-  ``c_i x_i x_i^T / n``, whose Frobenius norm is ``c_i ||x_i||^2 / n <= L1 / n``
-  (``curvature_norm_bound``, 1/4). The map ``vec(A) = (A_ii, sqrt(2) A_ij for
-  i < j)`` is a linear isometry from symmetric matrices with the Frobenius
-  norm onto ``R^{d(d+1)/2}``, so ``vec(H)`` has L2 sensitivity ``L1 / n``. The
-  symmetric noise ``sigma_H (Z + Z^T) / 2`` has std ``sigma_H`` on the
-  diagonal and ``sigma_H / sqrt(2)`` off it, i.e. ``vec`` of it is
-  ``N(0, sigma_H^2 I)``: releasing ``H~`` is the Gaussian mechanism on
-  ``vec(H)`` and is ``rho_H``-zCDP with ``sigma_H = gaussian_sigma(L1 / n,
-  rho_H)`` (Bun & Steinke 2016, Prop. 1.6). The floor, the eigendecomposition
-  and ``P`` use only ``H~`` and public constants: post-processing.
+  ``0 <= c_i <= 1/4`` (Hessian or quadratic upper bound of the logistic loss,
+  at any fixed point ``w``) and ``||x_i|| <= 1``, so each term ``A_i = c_i
+  x_i x_i^T`` is PSD with Frobenius norm ``c_i ||x_i||^2 <= L1``
+  (``curvature_norm_bound``, 1/4). Zero-out changes ``H`` by ``A_i / n``, of
+  Frobenius norm ``<= L1 / n``: ``f_H = 1``. Replace-one changes it by
+  ``(A_i - A_i') / n`` with ``||A_i - A_i'||_F^2 = ||A_i||_F^2 +
+  ||A_i'||_F^2 - 2 <A_i, A_i'>_F <= 2 L1^2``, because ``<A, B>_F = tr(A B)
+  >= 0`` for PSD ``A, B``: ``f_H = sqrt(2)`` (not 2; attained by two rows at
+  margin 0 on orthogonal directions). The map ``vec(A) = (A_ii, sqrt(2) A_ij
+  for i < j)`` is a linear isometry from symmetric matrices with the
+  Frobenius norm onto ``R^{d(d+1)/2}``, so ``vec(H)`` has L2 sensitivity
+  ``f_H L1 / n``. The symmetric noise ``sigma_H (Z + Z^T) / 2`` has std
+  ``sigma_H`` on the diagonal and ``sigma_H / sqrt(2)`` off it, i.e. ``vec``
+  of it is ``N(0, sigma_H^2 I)``: releasing ``H~`` is the Gaussian mechanism
+  on ``vec(H)`` and is ``rho_H``-zCDP with ``sigma_H = gaussian_sigma(f_H L1
+  / n, rho_H)`` (Bun & Steinke 2016, Prop. 1.6). The floor (``kappa sqrt(2 d)
+  sigma_H``, so it scales with ``f_H`` too), the eigendecomposition and ``P``
+  use only ``H~`` and public constants: post-processing.
 * Gradient. Each per-example gradient has norm ``<= L0``
-  (``grad_norm_bound``), so the mean gradient has sensitivity ``L0 / n`` and
-  ``g + N(0, s^2 I)`` is ``rho_g``-zCDP. Multiplying by the (already
-  released) ``P`` and ``eta`` is post-processing.
+  (``grad_norm_bound``), so the mean gradient moves by ``<= L0 / n`` under
+  zero-out and by ``||g_i - g_i'|| / n <= 2 L0 / n`` under replace-one
+  (``f_g = 1`` or 2), and ``g + N(0, s^2 I)`` with ``s = gaussian_sigma(f_g
+  L0 / n, rho_g)`` is ``rho_g``-zCDP. Multiplying by the (already released)
+  ``P`` and ``eta`` is post-processing.
 * Composition. A refresh evaluates the curvature at the current iterate,
   a function of earlier releases (post-processing), so every mechanism is a
   Gaussian with a sensitivity fixed in advance, chosen adaptively from
@@ -52,6 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dpjax import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import noise
@@ -214,6 +225,7 @@ def dp_precond_gd(
     curvature_norm_bound: float = 0.25,
     refresh_every: int | None = None,
     key: int | jax.Array,
+    neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
     unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
@@ -222,11 +234,13 @@ def dp_precond_gd(
   ``update(g, state, params=None, *, curvature_matrix=None)`` takes the MEAN
   gradient ``g`` over the ``n`` examples and returns
   ``-learning_rate * P (g + N(0, s^2 I))`` with
-  ``s = accounting.gaussian_sigma(grad_norm_bound / n, rho_g)``, charging
+  ``s = accounting.gaussian_sigma(f_g grad_norm_bound / n, rho_g)``, charging
   ``rho_g``. ``P = clipped_inverse(H~, kappa sqrt(2 d) sigma_H)`` comes from the
   last curvature release ``H~ = sym(H) + sigma_H (Z + Z^T) / 2`` with
-  ``sigma_H = accounting.gaussian_sigma(curvature_norm_bound / n, rho_H)``,
-  charged ``rho_H`` when drawn. The floor is about ``kappa`` times the
+  ``sigma_H = accounting.gaussian_sigma(f_H curvature_norm_bound / n, rho_H)``,
+  charged ``rho_H`` when drawn. ``f_g = f_H = 1`` for
+  ``neighbouring="zero-out"``; ``f_g = 2``, ``f_H = sqrt(2)`` for
+  ``"replace-one"`` (module docstring). The floor is about ``kappa`` times the
   operator norm ``sqrt(2 d) sigma_H`` of the noise. The module docstring
   gives the privacy argument; the split is :func:`precond_budget`:
   ``K = 1`` (or ``ceil(steps / refresh_every)``) releases of
@@ -240,9 +254,9 @@ def dp_precond_gd(
   (= ``glm.logistic_grad_and_curvature(0, x, y, "qu").matrix``) at ``w = 0``,
   or the QU/Hessian matrix at ``w_t`` for a refresh. It is symmetrised as
   ``(H + H^T) / 2`` (a Frobenius contraction, so the sensitivity bound
-  stands). The caller must make each example's contribution have Frobenius
-  norm ``<= curvature_norm_bound / n`` (``||x_i|| <= 1`` and a coefficient
-  ``<= 1/4``).
+  stands). The caller must make each example's contribution PSD with
+  Frobenius norm ``<= curvature_norm_bound / n`` (``||x_i|| <= 1`` and a
+  coefficient in ``[0, 1/4]``); replace-one's ``sqrt(2)`` needs the PSD part.
 
   * Whether a release code path exists is decided at trace time: with
     ``curvature_matrix=None`` none is traced (the cheap hot loop). A release
@@ -283,6 +297,8 @@ def dp_precond_gd(
     refresh_every: re-release the curvature every this many steps (>= 1), or
       None for one release at step 0.
     key: int seed or typed PRNG key (``jax.random.key``); required.
+    neighbouring: ``"zero-out"`` (default) or ``"replace-one"`` (gradient
+      noise x 2, curvature noise and floor x sqrt(2)).
     disable_noise_for_testing: if True, adds no noise (gradient or
       curvature) and the output is NOT private; the accountant is still
       charged and the floor keeps its nominal value
@@ -295,8 +311,8 @@ def dp_precond_gd(
 
   Raises:
     ValueError, TypeError: eagerly, at construction, for a bad budget, ``n``,
-      ``d``, fraction, ``kappa``, step size, bound, ``refresh_every``, key or
-      flag; in ``update``, for a bad gradient or matrix, a release step
+      ``d``, fraction, ``kappa``, step size, bound, ``refresh_every``,
+      ``neighbouring``, key or flag; in ``update``, for a bad gradient or matrix, a release step
       without ``curvature_matrix`` or a step past ``steps`` (eager calls).
 
   Examples:
@@ -333,12 +349,16 @@ def dp_precond_gd(
   learning_rate = _validate.positive_float(learning_rate, "learning_rate")
   grad_norm_bound = _validate.positive_float(grad_norm_bound, "grad_norm_bound")
   curvature_norm_bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
+  grad_factor = _neighbouring.vector_factor(neighbouring)  # f_g: 1 or 2.
+  curv_factor = _neighbouring.psd_frobenius_factor(neighbouring)  # f_H: 1 or sqrt(2).
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
   exact = _common.exact_noise(unsafe_float_noise, _NAME)
 
-  # The one place where the PDPGD noise scales are derived.
-  sens_grad, sens_curv = grad_norm_bound / n, curvature_norm_bound / n
+  # The one place where the PDPGD noise scales are derived (module docstring):
+  # sensitivities f_g L0 / n (gradient, L2) and f_H L1 / n (curvature, Frobenius).
+  sens_grad = grad_factor * grad_norm_bound / n
+  sens_curv = curv_factor * curvature_norm_bound / n
   sigma_grad = accounting.gaussian_sigma(sens_grad, budget.rho_step)
   sigma_curv = accounting.gaussian_sigma(sens_curv, budget.rho_release)
   noise_on = 0.0 if no_noise else 1.0
@@ -420,7 +440,7 @@ def dp_precond_gd(
       do_release = jnp.logical_and(ok, release_now)
 
       def release(_):
-        # Gaussian mechanism on vec(sym(H)): sensitivity L1/n, budget rho_H.
+        # Gaussian mechanism on vec(sym(H)): sensitivity f_H L1/n, budget rho_H.
         # sym(H + sigma_H Z) = sym(H) + sigma_H (Z + Z^T) / 2. The barrier
         # materialises H + sigma_H Z once: inside a fusion XLA may recompute an
         # element for (i, j) and (j, i) with different roundings (FMA or not),
@@ -442,7 +462,7 @@ def dp_precond_gd(
       missing = jnp.zeros((), bool)
       step_ok = ok
 
-    # Noisy gradient: sensitivity L0/n, budget rho_g; P and eta are post-processing.
+    # Noisy gradient: sensitivity f_g L0/n, budget rho_g; P and eta are post-processing.
     noisy_g = noise.add_gaussian(k_grad, g, sensitivity=sens_grad,
                                  noise_std=noise_on * sigma_grad, exact=exact)
     out = -learning_rate * (precond @ noisy_g)
