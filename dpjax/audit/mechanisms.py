@@ -164,7 +164,7 @@ class AuditSetup(NamedTuple):
   delta: float
   host: bool  # True: `sample` runs eagerly per integer seed (AOP, the estimator).
   noise_factor: float | None  # the "noise/2" (or "noise/10") twin's factor.
-  noise_path: str  # "dpjax.noise" or "jax.random.normal": where the mechanism draws.
+  noise_paths: tuple[str, ...]  # where the mechanism draws its noise (NOISE_PATHS).
 
 
 class AuditResult(NamedTuple):
@@ -229,30 +229,35 @@ def scaled_noise(factor: float) -> Iterator[None]:
     jax.clear_caches()
 
 
-@contextlib.contextmanager
-def injected_noise(factor: float | None, path: str = "dpjax.noise") -> Iterator[None]:
-  """Every release traced inside adds ``factor`` times its noise (``None``: no bug).
+NOISE_PATHS = ("dpjax.noise", "jax.random.normal")
 
-  ``path="dpjax.noise"`` uses :func:`dpjax.noise.broken_noise_for_audit`
-  (the accountant still charges the original budget); ``"jax.random.normal"``
-  uses :func:`scaled_noise`. Compiled caches are cleared on entry and exit
-  (the injection is read at trace time, and a cached program would skip it).
+
+@contextlib.contextmanager
+def injected_noise(factor: float | None,
+                   paths: tuple[str, ...] = ("dpjax.noise",)) -> Iterator[None]:
+  """Every noise draw traced inside, on each of ``paths``, is ``factor`` times its size.
+
+  ``"dpjax.noise"`` uses :func:`dpjax.noise.broken_noise_for_audit` (every
+  release; the accountant still charges the original budget);
+  ``"jax.random.normal"`` uses :func:`scaled_noise` (the draws that do not go
+  through a release: AOP's objective perturbation, the tree's node noise
+  where it does so). ``factor=None`` injects nothing. Compiled caches are
+  cleared on entry and exit: the injection is read at trace time, and a
+  cached program would skip it.
   """
+  if isinstance(paths, str) or not all(p in NOISE_PATHS for p in paths):
+    raise ValueError(f"paths must be a tuple of {NOISE_PATHS}, got {paths!r}.")
   if factor is None:
     yield
     return
-  if path == "dpjax.noise":
+  with contextlib.ExitStack() as stack:
     jax.clear_caches()
-    try:
-      with noise.broken_noise_for_audit(factor):
-        yield
-    finally:
-      jax.clear_caches()
-  elif path == "jax.random.normal":
-    with scaled_noise(factor):
-      yield
-  else:
-    raise ValueError(f"path must be 'dpjax.noise' or 'jax.random.normal', got {path!r}.")
+    stack.callback(jax.clear_caches)
+    if "dpjax.noise" in paths:
+      stack.enter_context(noise.broken_noise_for_audit(factor))
+    if "jax.random.normal" in paths:
+      stack.enter_context(scaled_noise(factor))
+    yield
 
 
 # ----------------------------------------------------------------------------
@@ -273,7 +278,7 @@ class _Spec(NamedTuple):
   claim: float | None
   delta: float
   host: bool
-  noise_path: str
+  noise_paths: tuple[str, ...]
   mechanism: str
   channel: str
   relation: str
@@ -405,7 +410,7 @@ def _dp_gd(*, steps: int, relation: str = "zero-out", doubled: bool = False,
     return (w - w0) @ u, state.accountant
 
   label = "" if calibration == "zero-out" else f", neighbouring={calibration!r}"
-  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False, "dpjax.noise",
+  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False, ("dpjax.noise",),
                f"dp_gd(steps={steps}{label})", "gradient", relation, canary, statistic)
 
 
@@ -532,7 +537,7 @@ def _newton(*, curvature: str, modification: str, lam: Any, channel: str,
     canary += f"; {len(public)} public rows x = 1 (balanced labels)"
   statistic = ("released lambda (increasing in the noisy trace)" if channel == "trace"
                else "log-likelihood ratio of (update, |g~| from the released direction std)")
-  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False, "dpjax.noise",
+  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False, ("dpjax.noise",),
                f"dp_newton(curvature={curvature!r}, modification={modification!r}, {lam_text}, "
                f"grad_frac={grad_frac}, trace_frac={trace_frac}{coeff_text})", channel, "zero-out",
                canary, statistic)
@@ -638,7 +643,7 @@ def _precond(*, channel: str, relation: str = "zero-out", doubled: bool = False,
   else:
     raise ValueError(f"channel must be 'curvature' or 'end-to-end', got {channel!r}.")
   label = "" if calibration == "zero-out" else f", neighbouring={calibration!r}"
-  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False, "dpjax.noise",
+  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False, ("dpjax.noise",),
                mech + label + ")", channel, relation, canary, statistic)
 
 
@@ -654,8 +659,10 @@ def _estimator(*, doubled: bool = False) -> _Spec:
 
   ``n = 50``, two features: public rows along ``e_2`` with balanced labels,
   and the canary row ``x = e_1`` with label ``-1`` on ``D`` and ``+1`` on
-  ``D'`` (two such rows for the 2x twin). ``fit_intercept=False`` and
-  ``data_norm=1`` (rows as given), ``epsilon`` = the Gaussian epsilon of
+  ``D'`` (two such rows for the 2x twin). The public inputs are given:
+  ``classes=[-1, 1]``, ``data_norm=1`` (rows as given),
+  ``fit_intercept=False`` (with an intercept no row of ``X`` is the null
+  row), the default ``neighbouring="zero-out"``; ``epsilon`` = the Gaussian epsilon of
   ``rho = 0.5`` at ``delta = 1e-5``. The label flip moves the mean gradient
   by exactly ``e_1 / n`` at every iterate and the curvature not at all (module
   docstring), so each step of the fit sees the full gradient sensitivity.
@@ -670,18 +677,22 @@ def _estimator(*, doubled: bool = False) -> _Spec:
   y_prime = y.copy()
   y_prime[n - k:] = 1.0
   epsilon = accounting.zcdp_to_epsilon(RHO, CONTRACT_DELTA, "gaussian")
+  # The audit's fits compose (each is one more release of the same rows): charge them to
+  # an accountant of their own, without a limit, rather than to the process default.
+  accountant = dp_sklearn.BudgetAccountant()
 
   def run(seed, data):
     features, labels = data
     clf = dp_sklearn.DPLogisticRegression(epsilon=epsilon, delta=CONTRACT_DELTA, data_norm=1.0,
-                                          fit_intercept=False, random_state=int(seed))
+                                          classes=[-1.0, 1.0], fit_intercept=False,
+                                          accountant=accountant, random_state=int(seed))
     clf.fit(features, labels)
     claim = accounting.zcdp_to_epsilon(clf.rho_, AUDIT_DELTA, "gaussian")
     return float(clf.coef_[0, 0]), claim
 
-  return _Spec(run, ((x, y), (x, y_prime)), None, None, AUDIT_DELTA, True, "dpjax.noise",
+  return _Spec(run, ((x, y), (x, y_prime)), None, None, AUDIT_DELTA, True, ("dpjax.noise",),
                f"DPLogisticRegression(epsilon={epsilon:.4g}, delta=1e-5, data_norm=1, "
-               "fit_intercept=False)", "end-to-end", "zero-out (label flip)",
+               "classes=[-1, 1], fit_intercept=False)", "end-to-end", "zero-out (label flip)",
                "x = e_1 with y = -1 (D) or +1 (D'); 48 public rows along e_2", "coef_[0, 0]")
 
 
@@ -692,7 +703,7 @@ def _estimator(*, doubled: bool = False) -> _Spec:
 
 # The tree (and online-to-batch through it) draws its node noise with jax.random.normal;
 # audit() checks that the noise twin's injection reaches it.
-_TREE_NOISE_PATH = "jax.random.normal"
+_TREE_NOISE_PATHS = ("jax.random.normal",)
 
 
 def _tree(*, steps: int, statistic: str, fresh_noise: bool = False,
@@ -740,7 +751,7 @@ def _tree(*, steps: int, statistic: str, fresh_noise: bool = False,
           else "sum_t ghat_t / |I_t| (the test against fresh per-step noise)")
   mode = "regenerate, re-keyed every step" if fresh_noise else "buffered"
   return _Spec(run, (jnp.float32(0.0), jnp.float32(value)), "gaussian", None, AUDIT_DELTA,
-               False, _TREE_NOISE_PATH, f"tree_prefix_sum(steps={steps}, mode={mode!r})",
+               False, _TREE_NOISE_PATHS, f"tree_prefix_sum(steps={steps}, mode={mode!r})",
                "prefix sums", "zero-out", "leaf 1 input 1 (the sensitivity) vs 0", text)
 
 
@@ -770,7 +781,7 @@ def _dp_sgd(*, steps: int, sampling_rate: float, doubled: bool = False) -> _Spec
       w = optax.apply_updates(w, upd)
     return w[0] - w0[0], optax.tree.get(state, "accountant")
 
-  return _Spec(run, datasets, "cks", None, AUDIT_DELTA, False, "dpjax.noise",
+  return _Spec(run, datasets, "cks", None, AUDIT_DELTA, False, ("dpjax.noise",),
                f"dp_sgd(sampling_rate={sampling_rate}, steps={steps}, epsilon={epsilon:.4g}, "
                "delta=1e-5)", "gradient", "zero-out",
                "x = e_1, y = +1 at margin -20 vs the null row", "w_T[0] - w_0[0]")
@@ -801,7 +812,7 @@ def _online_to_batch(*, steps: int, doubled: bool = False) -> _Spec:
     return w[0], state.accountant
 
   return _Spec(run, (jnp.zeros((2,), jnp.float32), value), "gaussian", None, AUDIT_DELTA,
-               False, _TREE_NOISE_PATH, f"online_to_batch(ogd, batch_size=2, steps={steps})",
+               False, _TREE_NOISE_PATHS, f"online_to_batch(ogd, batch_size=2, steps={steps})",
                "gradient (tree)", "zero-out", "x = e_1, y = +1 in the first batch vs a null row",
                "output[0]")
 
@@ -838,9 +849,11 @@ def _aop(*, epsilon: float, gamma: float, doubled: bool = False) -> _Spec:
                              key=int(seed), gamma=gamma)
     return float(theta[0]), float(epsilon)
 
-  return _Spec(run, ((x, y), (x, y_prime)), None, epsilon, CONTRACT_DELTA, True,
-               "jax.random.normal", f"baselines.aop(epsilon={epsilon}, delta=1e-5, "
-               f"gamma={gamma})", "end-to-end", "replace-one (label flip)",
+  # b is drawn by noise.perturbation_vector (jax.random.normal: not a release), the
+  # output perturbation is released through noise.add_gaussian: the twin scales both.
+  paths = ("dpjax.noise", "jax.random.normal")
+  return _Spec(run, ((x, y), (x, y_prime)), None, epsilon, CONTRACT_DELTA, True, paths,
+               f"baselines.aop(epsilon={epsilon}, delta=1e-5, gamma={gamma})", "end-to-end", "replace-one (label flip)",
                "x = e_1 with y = -1 (D) or +1 (D')", "theta[0]")
 
 
@@ -890,7 +903,7 @@ TEST_SAMPLES_DEFAULT = 4000
 TEST_SAMPLES: dict[str, int] = {
     "dp-sgd-poisson": 8000,  # a mixture over the Poisson sample: weaker statistic.
     "estimator": 1000,  # one host fit per run.
-    "aop": 3000,  # one host minimisation per run.
+    "aop": 3000,  # one host minimisation and exact release per run.
 }
 
 
@@ -941,7 +954,7 @@ def make_setup(name: str, *, twin: str | None = None, **overrides: Any) -> Audit
       name=name, twin=twin, mechanism=spec.mechanism, channel=spec.channel,
       relation=spec.relation, canary=spec.canary, statistic=spec.statistic, sample=spec.run,
       datasets=spec.datasets, method=spec.method, delta=spec.delta, host=spec.host,
-      noise_factor=_FACTORS.get(twin), noise_path=spec.noise_path)
+      noise_factor=_FACTORS.get(twin), noise_paths=spec.noise_paths)
 
 
 def run_audit(setup: AuditSetup, *, num_samples: int = NUM_SAMPLES, seed: int = 0,
@@ -974,7 +987,7 @@ def _run(setup: AuditSetup, num_samples: int, seed: int, confidence: float,
     raise ValueError(f"num_samples must be an int >= 4 (two halves of two runs), got "
                      f"{num_samples!r}.")
   d0, d1 = setup.datasets
-  with injected_noise(setup.noise_factor, setup.noise_path):
+  with injected_noise(setup.noise_factor, setup.noise_paths):
     if setup.host:
       seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=2 * num_samples)
       start = time.perf_counter()
@@ -1048,7 +1061,7 @@ def check_injection(correct: AuditResult, twin: AuditResult) -> None:
   """Raises ``RuntimeError`` when a noise twin released what the correct run did, same keys.
 
   Then the injected factor never reached the mechanism's noise (it draws
-  somewhere the hook does not see: a wrong ``noise_path``), and the twin
+  somewhere the hook does not see: a wrong ``noise_paths``), and the twin
   would prove nothing. Other twins are not checked (they change the data
   or the program, not the noise).
   """

@@ -42,7 +42,7 @@ def test_a_noise_twin_that_misses_the_noise_is_refused():
   """A twin injected where the mechanism does not draw releases the correct runs: refused."""
   correct = mechanisms.run_audit(mechanisms.make_setup("dp-gd-1-step"), num_samples=8)
   wrong = mechanisms.make_setup("dp-gd-1-step", twin="noise/2")._replace(
-      noise_path="jax.random.normal")  # dp_gd draws through dpjax.noise
+      noise_paths=("jax.random.normal",))  # dp_gd draws through dpjax.noise
   missed = mechanisms.run_audit(wrong, num_samples=8)
   with pytest.raises(RuntimeError, match="never reached"):
     mechanisms.check_injection(correct, missed)
@@ -67,7 +67,8 @@ def test_bad_arguments_are_refused(call, match):
     call()
 
 
-def test_bad_injection_path_is_refused():
-  with pytest.raises(ValueError, match="path"):
-    with mechanisms.injected_noise(0.5, "numpy"):
+@pytest.mark.parametrize("paths", ["dpjax.noise", ("numpy",)])
+def test_bad_injection_path_is_refused(paths):
+  with pytest.raises(ValueError, match="paths"):
+    with mechanisms.injected_noise(0.5, paths):
       pass
