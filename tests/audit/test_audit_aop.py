@@ -1,4 +1,4 @@
-"""Audit of AOP (host float64, one eager call per run): 3,000 runs a side here, 20,000 in benchmarks/audit.py."""
+"""Audit of AOP (host float64, one eager call per run), 3,000 runs a side (benchmark: 20,000)."""
 
 from __future__ import annotations
 

@@ -45,17 +45,20 @@ def _newton_module():
 
 
 @contextlib.contextmanager
-def _one_newton_release_scaled(which: str, factor: float):
+def _one_newton_release_scaled(which: str, factor: float, *, adaptive: bool):
   """A Newton step whose ``which`` release alone ("direction" or "trace") adds ``factor`` x noise.
 
-  The direction release is the one whose sensitivity is traced (``||g~|| s(lam)``);
-  the trace release is the scalar one. The accountant still charges the full budget.
+  ``dp_newton.update`` releases, in this order, the gradient, the trace (adaptive lambda
+  only) and the direction; the shim counts the releases as the update is traced and
+  scales the one asked for. The accountant still charges the full budget.
   """
   module = _newton_module()
+  order = ("gradient", "trace", "direction") if adaptive else ("gradient", "direction")
+  calls = [0]
 
   def add_gaussian(key, value, *, sensitivity, noise_std, exact=True):
-    hit = (isinstance(sensitivity, jax.Array) if which == "direction"
-           else getattr(value, "ndim", None) == 0)
+    hit = order[calls[0] % len(order)] == which
+    calls[0] += 1
     return noise.add_gaussian(key, value, sensitivity=sensitivity,
                               noise_std=noise_std * factor if hit else noise_std, exact=exact)
 
@@ -69,6 +72,7 @@ def _one_newton_release_scaled(which: str, factor: float):
   finally:
     module.noise = original
     jax.clear_caches()
+  assert calls[0] > 0 and calls[0] % len(order) == 0, calls  # whole updates were traced
 
 
 def test_margin_zero_canary_sees_the_direction_noise_alone():
@@ -78,7 +82,7 @@ def test_margin_zero_canary_sees_the_direction_noise_alone():
   direction, is the same on both sides) cannot see that bug, which is why the direction
   channel has its own canary.
   """
-  with _one_newton_release_scaled("direction", 0.5):
+  with _one_newton_release_scaled("direction", 0.5, adaptive=False):
     direction = mechanisms.run_audit(mechanisms.make_setup("newton-hess-add-fixed-direction"),
                                      num_samples=NUM_SAMPLES)
     gradient = mechanisms.run_audit(mechanisms.make_setup("newton-hess-add-fixed-gradient"),
@@ -88,7 +92,7 @@ def test_margin_zero_canary_sees_the_direction_noise_alone():
 
 
 def test_trace_audit_sees_the_trace_noise_alone():
-  with _one_newton_release_scaled("trace", 0.5):
+  with _one_newton_release_scaled("trace", 0.5, adaptive=True):
     r = mechanisms.run_audit(mechanisms.make_setup("newton-qu-clip-adaptive-trace"),
                              num_samples=NUM_SAMPLES)
   assert r.lower_bound.epsilon > 1.3 * r.claimed_epsilon, r

@@ -1,4 +1,4 @@
-"""Audits of the tree-aggregation prefix sums, Poisson DP-SGD and online-to-batch, with their twins."""
+"""Audits of the tree-aggregation prefix sums, Poisson DP-SGD and online-to-batch, with twins."""
 
 from __future__ import annotations
 
