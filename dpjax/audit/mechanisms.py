@@ -116,6 +116,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import numbers
 import time
 from typing import Any, Callable, Iterator, NamedTuple
 
@@ -124,6 +125,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dpjax import _validate
 from dpjax import accounting
 from dpjax import baselines
 from dpjax import glm
@@ -233,7 +235,7 @@ NOISE_PATHS = ("dpjax.noise", "jax.random.normal")
 
 
 @contextlib.contextmanager
-def injected_noise(factor: float | None,
+def injected_noise(factor: float | None, *,
                    paths: tuple[str, ...] = ("dpjax.noise",)) -> Iterator[None]:
   """Every noise draw traced inside, on each of ``paths``, is ``factor`` times its size.
 
@@ -983,11 +985,15 @@ def run_audit(setup: AuditSetup, *, num_samples: int = NUM_SAMPLES, seed: int = 
 def _run(setup: AuditSetup, num_samples: int, seed: int, confidence: float,
          cache: dict | None) -> AuditResult:
   """:func:`run_audit`; ``cache`` maps a program key to its compiled runs (see :func:`audit`)."""
-  if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 4:
-    raise ValueError(f"num_samples must be an int >= 4 (two halves of two runs), got "
-                     f"{num_samples!r}.")
+  num_samples = _validate.positive_int(num_samples, "num_samples")
+  if num_samples < 4:
+    raise ValueError(f"num_samples must be >= 4 (two halves of two runs), got {num_samples}.")
+  if isinstance(seed, bool) or not isinstance(seed, (numbers.Integral, np.integer)):
+    raise TypeError(f"seed must be an integer >= 0, got {type(seed).__name__}.")
+  if seed < 0:
+    raise ValueError(f"seed must be >= 0, got {seed}.")
   d0, d1 = setup.datasets
-  with injected_noise(setup.noise_factor, setup.noise_paths):
+  with injected_noise(setup.noise_factor, paths=setup.noise_paths):
     if setup.host:
       seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=2 * num_samples)
       start = time.perf_counter()

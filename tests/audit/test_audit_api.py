@@ -58,7 +58,9 @@ def test_a_noise_twin_that_misses_the_noise_is_refused():
     (lambda: mechanisms.make_setup("dp-gd-1-step", twin="fresh-tree-noise"), "not a control"),
     (lambda: mechanisms.make_setup("tree-prefix-sums", twin="noise/10"), "not a control"),
     (lambda: mechanisms.run_audit(mechanisms.make_setup("dp-gd-1-step"), num_samples=3),
-     "num_samples"),
+     "num_samples must be >= 4"),
+    (lambda: mechanisms.run_audit(mechanisms.make_setup("dp-gd-1-step"), num_samples=8,
+                                  seed=-1), "seed must be >= 0"),
     (lambda: mechanisms.make_setup("newton-hess-clip-fixed-gradient", channel="trace"),
      "adaptive"),
 ])
@@ -67,8 +69,17 @@ def test_bad_arguments_are_refused(call, match):
     call()
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_samples=8.0), "num_samples must be an integer"),
+    (dict(num_samples=8, seed=True), "seed must be an integer"),
+])
+def test_bad_argument_types_are_refused(kwargs, match):
+  with pytest.raises(TypeError, match=match):
+    mechanisms.run_audit(mechanisms.make_setup("dp-gd-1-step"), **kwargs)
+
+
 @pytest.mark.parametrize("paths", ["dpjax.noise", ("numpy",)])
 def test_bad_injection_path_is_refused(paths):
   with pytest.raises(ValueError, match="paths"):
-    with mechanisms.injected_noise(0.5, paths):
+    with mechanisms.injected_noise(0.5, paths=paths):
       pass
