@@ -28,9 +28,9 @@ Modules (imports only point down):
   over a minibatch, fused for GLMs;
 * :mod:`dpjax.online`: online learners on a ball (OGD, optimistic OGD, the
   strongly convex learner, KT coin betting) as optax transforms;
-* :mod:`dpjax.tree_aggregation`: binary-tree noise for private prefix sums
-  (buffered, regenerate and Honaker modes) and the :func:`tree_prefix_sum`
-  transform;
+* :mod:`dpjax.tree_aggregation`: the binary mechanism for private prefix
+  sums, each tree node released through :mod:`dpjax.noise` (buffered and
+  Honaker modes), and the :func:`tree_prefix_sum` transform;
 * :mod:`dpjax.streaming`: single-pass streaming fits (DP online-to-batch and
   its baselines) behind :func:`fit`;
 * :mod:`dpjax.drivers`: the compiled runs behind :func:`fit` for the

@@ -1,53 +1,84 @@
-"""Binary-tree aggregation noise for private prefix sums (``spec-online-to-batch.md`` sections 1.3, 4).
+"""Binary-tree aggregation for private prefix sums, with floating-point-safe node releases.
 
-A stream of per-step inputs ``delta_1, delta_2, ...`` (each the clipped, summed
-contribution of one step's examples) is released as its noisy prefix sums
-``ghat_t = g_t + gamma_t`` with ``g_t = delta_1 + ... + delta_t``. The noise
-``gamma_t = sum_{i in I_t} R_i`` is a sum of **node** noises: node ``i`` is the
-dyadic interval ``(i - 2^ctz(i), i]`` of leaves, ``R_i`` is drawn once, when
-the node completes at ``t = i``, and is reused by every later ``t`` with ``i in
-I_t`` (spec 1.3; pitfall P7: fresh noise per step would not be private at this
-scale). ``I_t`` is the set of nonzero prefix sums of ``t``'s binary expansion,
-most significant bit first (``I_7 = {4, 6, 7}``); in bit form ``I_t = {(t >>
-h) << h : bit h of t is 1}``, one node per level ``h`` (:func:`prefix_nodes`).
+A stream of per-step inputs ``delta_1, delta_2, ...`` (each the clipped,
+summed contribution of one step's examples) is released as noisy prefix sums
+``ghat_t`` of ``g_t = delta_1 + ... + delta_t`` by the binary mechanism (Dwork,
+Naor, Pitassi & Rothblum 2010, "Differential privacy under continual
+observation", STOC; Chan, Shi & Song 2011, "Private and continual release of
+statistics", ACM TISSEC). Node ``i`` is the dyadic interval ``(i - 2^h, i]``
+of leaves, ``h = ctz(i)`` its height, and ``S_i`` the exact sum of its leaves'
+inputs. When the node completes, at ``t = i``, it is **released** once through
+the floating-point-safe Gaussian mechanism of :mod:`dpjax.noise`:
 
-Privacy (spec 1.5, [derived]). One example enters one step's input
-``delta_s`` only, and changing it (by the caller's neighbouring relation, e.g.
+``N_i = noise.add_gaussian(key_i, S_i, sensitivity=D_i, noise_std=c D_i)``,
+
+and every later ``t`` with ``i in I_t`` reuses that released value (fresh
+noise per step would not be private at this scale). The released prefix sum
+is the float sum of released values only, most significant node first:
+
+``ghat_t = sum_{i in I_t} N_i``,
+
+``I_t`` being the nonzero prefix sums of ``t``'s binary expansion (``I_7 =
+{4, 6, 7}``), one node per set bit: ``I_t = {(t >> h) << h : bit h of t is
+1}`` (:func:`prefix_nodes`). ``ghat_t`` is post-processing of the ``N_i``; the
+exact sums ``S_i`` are kept in the state to form the next node sums (the
+binary mechanism's partial sums ``alpha_h``: the node of height ``h* =
+ctz(t)`` completing at ``t`` has ``S = delta_t + S_{t-1} + S_{t-2} + S_{t-4}
++ ...``, the sums of the ``h*`` lower nodes it merges) and are never released.
+Computing ``g_t + noise`` outside the noise module would not be
+floating-point safe (Mironov 2012, "On significance of the least significant
+bits for differential privacy", CCS); releasing every node through it is.
+
+Privacy. One example enters one step's input ``delta_s`` only, and changing
+it (by the caller's neighbouring relation, e.g.
 ``dpjax.minibatch.NEIGHBOURING``) moves ``delta_s`` by at most ``Delta_s`` in
 L2, the sensitivity the caller passes (its clip bound, or twice it for
-replace-one neighbours). Leaf ``s`` lies in at most one node per level, ``L =
-num_levels`` nodes of a tree with capacity ``2^L - 1`` leaves. Node noise is
-``N(0, sigma_node^2 I)`` with ``sigma_node = c * max(Delta_a, Delta_b)`` over
-the node's first and last leaf ``a, b`` (the largest sensitivity inside it for
-any monotone schedule; pitfall P4). Each node costs a leaf in it ``Delta_s^2 /
-(2 sigma_node^2) <= 1 / (2 c^2)`` zCDP (Gaussian mechanism), so the released
-sequence, and everything computed from it, is ``depth / (2 c^2)``-zCDP with
-``depth = floor(log2 T) + 1`` the levels in use after ``T`` steps (adaptive
-composition: a later input may depend on earlier releases). That is
-dp-accounting's ``SingleEpochTreeAggregationDpEvent(c, T)`` and jax_privacy's
-"largest column norm" of the tree strategy. :func:`tree_prefix_sum` charges
-``1 / (2 c^2)`` at ``t = 1, 2, 4, 8, ...``, when a new level opens, so its
-accountant always holds the cost of what it released.
+replace-one neighbours). Leaf ``s`` lies in at most one node per level. The
+node's sensitivity is ``D_i = max(Delta_a, Delta_b)`` over its first and last
+leaf ``a, b`` (the largest sensitivity inside it for any monotone schedule,
+:func:`check_schedule`), so the release of ``S_i`` is the Gaussian mechanism
+with sensitivity ``D_i >= Delta_s`` and std ``c D_i``: ``1 / (2 c^2)`` zCDP
+(Bun & Steinke 2016), with every guarantee of the continuous Gaussian
+mechanism carried over by :func:`dpjax.noise.add_gaussian`. A node that does
+not contain ``s`` has the same exact sum on both neighbours given the earlier
+releases (its inputs may depend on them: adaptive composition). So the
+released sequence, and everything computed from it, is ``depth / (2
+c^2)``-zCDP with ``depth = floor(log2 T) + 1`` the levels in use after ``T``
+steps. That is dp-accounting's ``SingleEpochTreeAggregationDpEvent(c, T)``
+and jax_privacy's "largest column norm" of the tree strategy.
+:func:`tree_prefix_sum` charges ``1 / (2 c^2)`` at ``t = 1, 2, 4, 8, ...``,
+when a new level opens, so its accountant always holds the cost of what it
+released. Each node release is within total variation
+:func:`dpjax.noise.tv_slack` (``K tau`` for ``K`` coordinates) of the exact
+Gaussian mechanism; the slack of every node released in a step is charged
+with it (:func:`charge_levels`).
 
 Modes (:data:`MODES`):
 
-* ``"buffered"``: the state keeps the open node's noise per level, ``[L,
-  *leaf_shape]`` per leaf, ``O(d L)`` memory; one fresh draw per step.
-* ``"regenerate"``: no buffer; ``R_i`` is recomputed from ``fold_in(key, i)``
-  when needed (``<= L`` draws per step, ``O(d)`` memory). Same key, same
-  output as buffered, bit for bit.
-* ``"honaker"``: every dyadic interval (all ``2T - 1`` nodes of the full tree)
-  is measured, and each level keeps the minimum-variance unbiased estimate of
-  its node from its own subtree (Honaker 2015; spec 4.3), built online with
-  inverse-variance weights, valid for any per-node ``sigma`` (pitfall P13).
-  With constant ``sigma`` the variance at height ``h`` is ``sigma^2 2^h /
-  (2^{h+1} - 1)``: ``1, 2/3, 4/7, 8/15, ...``. Same privacy (each leaf is in
-  ``L`` measured nodes; the estimate is post-processing), lower variance on
-  high nodes.
+* ``"buffered"``: the state keeps, per level, the exact sum and the released
+  value of the last completed node of that height, ``2 x [L, *leaf_shape]``
+  per leaf, ``O(d L)`` memory; one node release (one noise draw) per step.
+* ``"honaker"``: every dyadic interval (all ``2T - 1`` nodes of the full
+  tree) is released, ``h* + 1`` node releases at step ``t`` (amortized 2),
+  and each level keeps the minimum-variance unbiased estimate of its node
+  from its own subtree's released measurements (Honaker 2015, "Efficient use
+  of differentially private binary trees", TPDP), built online with
+  inverse-variance weights (public: from the nominal stds), valid for any
+  per-node ``sigma``. With constant ``sigma`` the variance at height ``h`` is
+  ``sigma^2 2^h / (2^{h+1} - 1)``: ``1, 2/3, 4/7, 8/15, ...``. Same privacy
+  (each leaf is in ``L`` released nodes; the estimate is post-processing of
+  released values), lower variance on high nodes.
 
-Everything has fixed shapes and runs under ``jit``, ``vmap`` and ``lax.scan``.
-Steps past the capacity are refused: eagerly with ``ValueError``, under
-tracing with a NaN output and ``state.overflow`` set.
+There is no ``"regenerate"`` mode: it recomputed node noise from
+``fold_in(key, i)`` to keep ``O(d)`` memory, which needs only the noise; a
+floating-point-safe release needs the node's exact sum ``S_i``, which would
+have to be stored anyway, so that mode cannot be made safe
+(:func:`check_mode` says so).
+
+Everything has fixed shapes and runs under ``jit``, ``vmap`` and
+``lax.scan``; a fixed key gives bitwise the same releases. Steps past the
+capacity are refused: eagerly with ``ValueError``, under tracing with a NaN
+output and ``state.overflow`` set.
 
 Examples:
   >>> import jax.numpy as jnp
@@ -56,8 +87,8 @@ Examples:
   ([4, 6, 7], [8])
   >>> state = ta.tree_init(jnp.zeros(3), num_levels=4, key=0)
   >>> for _ in range(3):
-  ...   gamma, state = ta.tree_step(state, noise_std=1.0)
-  >>> int(state.step), float(ta.prefix_variance(state))  # gamma_3 = R_2 + R_3
+  ...   ghat, state = ta.tree_step(state, jnp.ones(3), sensitivity=1.0, noise_multiplier=1.0)
+  >>> int(state.step), float(ta.prefix_variance(state))  # ghat_3 = N_2 + N_3
   (3, 2.0)
 """
 
@@ -74,6 +105,7 @@ import optax
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import _common
+from dpjax import noise
 
 __all__ = [
     "MODES",
@@ -83,8 +115,10 @@ __all__ = [
     "calibrate",
     "capacity",
     "charge_levels",
+    "check_mode",
     "check_schedule",
     "noise_multiplier_for",
+    "nodes_released",
     "num_levels_for",
     "prefix_nodes",
     "prefix_variance",
@@ -94,27 +128,28 @@ __all__ = [
     "tree_step",
 ]
 
-MODES = ("buffered", "regenerate", "honaker")
+MODES = ("buffered", "honaker")
 MAX_LEVELS = 30  # leaf indices are int32: capacity 2^30 - 1 steps.
 
-# A per-leaf noise std: a number, or a function of the 1-based leaf index
-# (int32 array) returning c * Delta_t (array of the same shape).
-NoiseStd = Union[float, Callable[[jax.Array], jax.Array]]
+# A per-leaf sensitivity: a number, or a function of the 1-based leaf index
+# (int32 array) returning Delta_t (an array of the same shape).
+Sensitivity = Union[float, Callable[[jax.Array], jax.Array]]
 
 
 class TreeState(NamedTuple):
-  """State of the tree noise (spec 4.1): fixed shapes, ``O(d L)`` memory (``O(d)`` regenerate).
+  """State of the tree: fixed shapes, ``O(d L)`` memory.
 
-  ``noise`` is a pytree shaped like the leaves with a leading axis of
-  ``num_levels`` (buffered, honaker: level ``h`` holds the noise, or the
-  Honaker estimate's noise, of the last completed node of height ``h``) or of
-  size 0 (regenerate: nothing stored, the leaf shapes only).
+  Level ``h`` describes the last completed node of height ``h``; for every set
+  bit ``h`` of ``step`` that node is the one of ``I_step`` at level ``h``.
+  ``exact`` and ``released`` are pytrees shaped like the leaves with a
+  leading axis of ``num_levels``.
   """
 
   step: jax.Array  # shape=(), int32: leaves absorbed; the next step is t = step + 1.
-  noise: Any  # pytree of [num_levels or 0, *leaf_shape].
-  variance: jax.Array  # shape=(num_levels,): per-coordinate variance of each level's noise.
-  key: jax.Array  # shape=(), typed PRNG key: node i's noise uses fold_in(key, i).
+  exact: Any  # [L, *leaf]: level h, the node's exact input sum S_i (never released).
+  released: Any  # [L, *leaf]: level h, its released value N_i (honaker: its estimate).
+  variance: jax.Array  # shape=(L,): nominal per-coordinate variance of released - exact.
+  key: jax.Array  # shape=(), typed PRNG key: node i is released with fold_in(key, i).
   overflow: jax.Array  # shape=(), bool: a step past capacity 2^L - 1 was refused.
 
 
@@ -136,7 +171,7 @@ def capacity(num_levels: int) -> int:
 
 
 def prefix_nodes(t: int) -> list[int]:
-  """``I_t`` (spec 1.3): the nonzero prefix sums of ``t``'s binary expansion, MSB first.
+  """``I_t``: the nonzero prefix sums of ``t``'s binary expansion, MSB first.
 
   The reference definition, used by the tests; the traced code uses the bit
   form ``{(t >> h) << h : bit h of t is 1}``.
@@ -213,7 +248,7 @@ def check_schedule(schedule: Callable[[jax.Array], jax.Array], num_levels: int,
 
   Node noise uses the schedule's larger value at the node's first and last
   leaf, which is the largest inside the node only for a monotone schedule
-  (module docstring; pitfall P4). Checked eagerly on ``t = 1 ..
+  (module docstring). Checked eagerly on ``t = 1 ..
   min(capacity, SCHEDULE_CHECK_STEPS)``; a schedule that turns beyond that is
   the caller's error.
   """
@@ -256,6 +291,23 @@ def _check_leaves(leaf_like: Any) -> list[jax.Array]:
   return out
 
 
+def check_mode(mode: Any) -> str:
+  """``mode`` if it is one of :data:`MODES`; a ``ValueError`` naming the fix otherwise.
+
+  ``"regenerate"`` (the former ``O(d)``-memory mode) is refused with the reason:
+  it regenerated node noise from the key, but a floating-point-safe node
+  release needs the node's exact input sum, which must be stored (module
+  docstring); ``"buffered"`` is the replacement.
+  """
+  if mode == "regenerate":
+    raise ValueError(
+        "mode='regenerate' was removed: it regenerated node noise from fold_in(key, node) to "
+        "keep O(d) memory, but a floating-point-safe release (dpjax.noise) rounds the node's "
+        "exact sum to a grid and needs that sum, which must then be stored; use "
+        "mode='buffered' (O(d L) memory, the same privacy and variance).")
+  return _validate.choice(mode, "mode", MODES)
+
+
 def tree_init(leaf_like: Any, *, num_levels: int, key: int | jax.Array,
               mode: str = "buffered") -> TreeState:
   """A fresh tree for inputs shaped like ``leaf_like`` (an array or a pytree of arrays).
@@ -265,20 +317,20 @@ def tree_init(leaf_like: Any, *, num_levels: int, key: int | jax.Array,
     num_levels: ``L``; the capacity is ``2^L - 1`` steps and the full-tree
       cost ``L / (2 c^2)`` (use :func:`num_levels_for` of the horizon).
     key: int seed or typed PRNG key; a restart needs a new key.
-    mode: one of :data:`MODES`.
+    mode: one of :data:`MODES` (both build the same state; pass the same mode
+      to :func:`tree_step`).
 
   Raises:
     ValueError, TypeError: bad ``num_levels``, ``key``, ``mode`` or leaves.
   """
   num_levels = _check_levels(num_levels)
-  mode = _validate.choice(mode, "mode", MODES)
+  check_mode(mode)
   key = _common.canonical_key(key)
   leaves = _check_leaves(leaf_like)
-  rows = 0 if mode == "regenerate" else num_levels
-  noise = jax.tree.map(lambda a: jnp.zeros((rows, *jnp.shape(a)), jnp.asarray(a).dtype),
-                       leaf_like)
+  buffer = lambda: jax.tree.map(  # noqa: E731
+      lambda a: jnp.zeros((num_levels, *jnp.shape(a)), jnp.asarray(a).dtype), leaf_like)
   dtype = jnp.result_type(*[leaf.dtype for leaf in leaves])
-  return TreeState(step=jnp.zeros((), jnp.int32), noise=noise,
+  return TreeState(step=jnp.zeros((), jnp.int32), exact=buffer(), released=buffer(),
                    variance=jnp.zeros((num_levels,), dtype), key=key,
                    overflow=jnp.zeros((), bool))
 
@@ -287,67 +339,38 @@ def _num_levels(state: TreeState) -> int:
   return int(state.variance.shape[-1])
 
 
-def _mode_of(state: TreeState, mode: str | None) -> str:
-  rows = {np.shape(a)[0] for a in jax.tree.leaves(state.noise)}
-  stored = "regenerate" if rows == {0} else "buffered"
-  if mode is None:
-    return stored
-  mode = _validate.choice(mode, "mode", MODES)
-  if (mode == "regenerate") != (stored == "regenerate"):
-    raise ValueError(f"mode={mode!r} does not match a state built with mode "
-                     f"{'regenerate' if stored == 'regenerate' else 'buffered/honaker'}; "
-                     "pass the mode the state was built with.")
-  return mode
+def _check_sensitivity(sensitivity: Any) -> Sensitivity:
+  if callable(sensitivity):
+    return sensitivity
+  return _validate.positive_float(sensitivity, "sensitivity")
 
 
-def _leaf_std(noise_std: NoiseStd, idx: jax.Array, dtype: Any) -> jax.Array:
-  """The per-leaf std ``c * Delta`` at 1-based leaf indices ``idx`` (int32 array)."""
-  if callable(noise_std):
-    out = jnp.asarray(noise_std(idx), dtype)
-    if out.shape != idx.shape:
-      raise ValueError(f"noise_std(t) must return an array shaped like t {idx.shape}, got "
-                       f"{out.shape}.")
-    return out
-  return jnp.full(idx.shape, noise_std, dtype)
+def _check_multiplier(noise_multiplier: Any) -> Any:
+  if _validate.is_concrete(noise_multiplier):
+    return _validate.nonnegative_float(noise_multiplier, "noise_multiplier")
+  return noise_multiplier  # a traced scalar (vmap over privacy levels).
 
 
-def _check_noise_std(noise_std: Any) -> NoiseStd:
-  if callable(noise_std):
-    return noise_std
-  if _validate.is_concrete(noise_std):
-    return _validate.nonnegative_float(noise_std, "noise_std")
-  return noise_std  # a traced scalar (vmap over privacy levels).
+def _leaf_sensitivity(sensitivity: Sensitivity, idx: jax.Array, dtype: Any) -> jax.Array:
+  """``Delta`` at the 1-based leaf indices ``idx`` (int32 array) of a schedule."""
+  out = jnp.asarray(sensitivity(idx), dtype)
+  if out.shape != idx.shape:
+    raise ValueError(f"sensitivity(t) must return an array shaped like t {idx.shape}, got "
+                     f"{out.shape}.")
+  return out
 
 
-def _node_std(noise_std: NoiseStd, end: jax.Array, height: jax.Array, dtype: Any) -> jax.Array:
-  """``max(s(a), s(b))`` over the node's first leaf ``a = end - 2^h + 1`` and last ``b = end``."""
-  first = end - jnp.left_shift(jnp.int32(1), height) + 1
-  return jnp.maximum(_leaf_std(noise_std, jnp.maximum(first, 1), dtype),
-                     _leaf_std(noise_std, jnp.maximum(end, 1), dtype))
+def _node_sensitivity(sensitivity: Sensitivity, end: jax.Array, height: Any, dtype: Any) -> Any:
+  """``D_i = max(Delta(a), Delta(b))``: the node's first leaf ``a = end - 2^h + 1`` and last ``b = end``.
 
-
-def _draw(key: jax.Array, template: Any) -> Any:
-  """Standard normals shaped like ``template``'s leaves (minus the level axis), one key per leaf."""
-  leaves, treedef = jax.tree.flatten(template)
-  keys = jax.random.split(key, len(leaves))
-  out = [jax.random.normal(k, np.shape(a)[1:], a.dtype) for k, a in zip(keys, leaves)]
-  return jax.tree.unflatten(treedef, out)
-
-
-def _sum_levels(bits: jax.Array, level_noise: Callable[[jax.Array], Any], template: Any,
-                upper: jax.Array | int | None = None) -> Any:
-  """``sum_{h: bit h} level_noise(h)``, added in the order h = 0, 1, ... (bitwise reproducible).
-
-  Buffered and regenerate both sum through here, so that they agree bit for
-  bit. ``upper``: levels from it on are known to be 0 (a dynamic trip count,
-  so that regenerate draws only up to ``t``'s top bit).
+  A constant sensitivity stays a Python float, so that the release is planned
+  on the host (:func:`dpjax.noise.plan`).
   """
-  def one(h, acc):
-    z = level_noise(h)
-    return jax.tree.map(lambda a, b: a + jnp.where(bits[h], b, jnp.zeros_like(b)), acc, z)
-
-  zero = jax.tree.map(lambda a: jnp.zeros(np.shape(a)[1:], a.dtype), template)
-  return jax.lax.fori_loop(0, bits.shape[0] if upper is None else upper, one, zero)
+  if not callable(sensitivity):
+    return sensitivity
+  first = end - jnp.left_shift(jnp.int32(1), height) + 1
+  return jnp.maximum(_leaf_sensitivity(sensitivity, jnp.maximum(first, 1), dtype),
+                     _leaf_sensitivity(sensitivity, jnp.maximum(end, 1), dtype))
 
 
 def _ctz(t: jax.Array) -> jax.Array:
@@ -355,32 +378,77 @@ def _ctz(t: jax.Array) -> jax.Array:
   return jax.lax.population_count(jnp.bitwise_and(t, -t) - 1)
 
 
-def tree_step(state: TreeState, *, noise_std: NoiseStd,
-              mode: str | None = None) -> tuple[Any, TreeState]:
-  """Noise ``gamma_t`` of the prefix sum of leaves ``1..t``, ``t = state.step + 1``.
+def _row(buf: Any, h: Any) -> Any:
+  return jax.tree.map(lambda b: b[h], buf)
+
+
+def _add(a: Any, b: Any) -> Any:
+  return jax.tree.map(jnp.add, a, b)
+
+
+def _check_input(delta: Any, state: TreeState) -> Any:
+  """``delta`` shaped like the state's leaves (same structure and shapes), in their dtypes."""
+  like = jax.tree.map(lambda b: jax.ShapeDtypeStruct(np.shape(b)[1:], b.dtype), state.exact)
+  if jax.tree.structure(delta) != jax.tree.structure(like):
+    raise ValueError(
+        f"delta must have the structure of the tree's leaves {jax.tree.structure(like)}, got "
+        f"{jax.tree.structure(delta)}; pass one step's input shaped like tree_init's leaf_like.")
+  out = []
+  for d, l in zip(jax.tree.leaves(delta), jax.tree.leaves(like)):
+    if np.shape(d) != l.shape:
+      raise ValueError(f"delta has a leaf of shape {np.shape(d)} where the tree holds {l.shape}; "
+                       "pass one step's input shaped like tree_init's leaf_like.")
+    if not jnp.issubdtype(jnp.result_type(d), jnp.floating):
+      raise TypeError(f"delta must be floating, got dtype {jnp.result_type(d)}; cast it with "
+                      ".astype(jnp.float32).")
+    out.append(jnp.asarray(d, l.dtype))
+  return jax.tree.unflatten(jax.tree.structure(like), out)
+
+
+def tree_step(state: TreeState, delta: Any, *, sensitivity: Sensitivity,
+              noise_multiplier: Any, mode: str = "buffered",
+              exact: bool = True) -> tuple[Any, TreeState]:
+  """Absorbs leaf ``t = state.step + 1``, releases the node(s) ending at ``t``, returns ``ghat_t``.
+
+  The node of height ``h* = ctz(t)`` ending at ``t`` (buffered; honaker: every
+  node of height ``0..h*`` ending at ``t``) gets its exact sum from ``delta``
+  and the exact sums of the lower nodes it merges, and is released through
+  :func:`dpjax.noise.add_gaussian` with sensitivity ``D_i`` (the larger
+  ``sensitivity`` at its first and last leaf) and std ``noise_multiplier *
+  D_i``, key ``fold_in(state.key, t)``. The output is the float sum of the
+  released values of ``I_t``, most significant first: post-processing.
 
   Args:
     state: from :func:`tree_init` (or a previous step).
-    noise_std: per-leaf std ``c * Delta_t``: a number ``>= 0``, a scalar array
-      (possibly traced), or a function of the 1-based leaf index (int32 array,
-      traced) returning an array of its shape, monotone in ``t``. Node noise
-      uses the larger value at the node's first and last leaf, which bounds
-      the node only for a monotone schedule (:func:`check_schedule`).
-    mode: ``"honaker"`` for a state built with it (buffered and honaker states
-      look alike); ``None`` reads buffered / regenerate from the state.
+    delta: leaf ``t``'s input: a pytree shaped like ``tree_init``'s ``leaf_like``.
+    sensitivity: ``Delta_t > 0``, the L2 bound on what one example changes in
+      ``delta_t``: a number, or a function of the 1-based leaf index (int32
+      array, traced) returning an array of its shape, monotone in ``t``
+      (:func:`check_schedule`; the callers check it once at construction).
+    noise_multiplier: ``c >= 0`` (a number or a possibly traced scalar); ``0``
+      releases the exact sums (NOT private; for tests).
+    mode: the mode the state was built with (:data:`MODES`; the two states look
+      alike, so a mismatch cannot be detected).
+    exact: ``False`` releases with float noise (``dpjax.noise``'s opt-out):
+      NOT private in floating point, for measuring what exactness costs.
 
   Returns:
-    ``(gamma_t, new_state)``; ``gamma_t`` is shaped like the leaves. Past the
-    capacity (traced) it is NaN and ``new_state.overflow`` is set; the step
-    count stays.
+    ``(ghat_t, new_state)``; ``ghat_t`` is shaped like the leaves. Past the
+    capacity (traced) it is NaN, ``new_state.overflow`` is set and nothing
+    else changes.
 
   Raises:
-    ValueError: eagerly, a step past the capacity ``2^L - 1``.
+    ValueError, TypeError: eagerly, a step past the capacity ``2^L - 1``, a
+      ``delta`` unlike the leaves, a bad ``sensitivity``, ``noise_multiplier`` or
+      ``mode``.
   """
   if not isinstance(state, TreeState):
     raise TypeError(f"state must be a TreeState from tree_init(), got {type(state).__name__}.")
-  mode = _mode_of(state, mode)
-  noise_std = _check_noise_std(noise_std)
+  mode = check_mode(mode)
+  sensitivity = _check_sensitivity(sensitivity)
+  c = _check_multiplier(noise_multiplier)
+  exact = _common.check_flag(exact, "exact")
+  delta = _check_input(delta, state)
   num_levels = _num_levels(state)
   cap = 2**num_levels - 1
   if _validate.is_concrete(state.step) and int(state.step) >= cap:
@@ -390,90 +458,131 @@ def tree_step(state: TreeState, *, noise_std: NoiseStd,
     )
   ok = state.step < cap
   t = jnp.where(ok, state.step + 1, cap).astype(jnp.int32)
-  levels = jnp.arange(num_levels, dtype=jnp.int32)
-  bits = jnp.bitwise_and(jnp.right_shift(t, levels), 1).astype(bool)
   dtype = state.variance.dtype
   h_star = _ctz(t)
+  node_key = jax.random.fold_in(state.key, t)
+
+  def release(key, value, height):
+    sens = _node_sensitivity(sensitivity, t, height, dtype)
+    std = 0.0 if (isinstance(c, float) and c == 0.0) else c * sens
+    out = noise.add_gaussian(key, value, sensitivity=sens, noise_std=std, exact=exact)
+    return out, jnp.square(jnp.asarray(std, dtype))
 
   if mode == "buffered":
-    sigma = _node_std(noise_std, t, h_star, dtype)
-    fresh = _draw(jax.random.fold_in(state.key, t), state.noise)
-    noise = jax.tree.map(lambda buf, z: buf.at[h_star].set(sigma.astype(z.dtype) * z),
-                         state.noise, fresh)
-    variance = state.variance.at[h_star].set(sigma * sigma)
-    gamma = _sum_levels(bits, lambda h: jax.tree.map(lambda buf: buf[h], noise), noise)
-  elif mode == "regenerate":
-    ends = jnp.left_shift(jnp.right_shift(t, levels), levels)  # e_h; node e_h has height h if bit h.
-    sigmas = jnp.where(bits, _node_std(noise_std, ends, levels, dtype), 0)
-
-    def regenerated(h):  # R_{e_h}, drawn exactly as the buffered mode drew it at step e_h.
-      z = _draw(jax.random.fold_in(state.key, ends[h]), state.noise)
-      return jax.tree.map(lambda b: sigmas[h].astype(b.dtype) * b, z)
-
-    top = 32 - jax.lax.clz(t)  # floor(log2 t) + 1: the levels above are 0 bits.
-    gamma = _sum_levels(bits, regenerated, state.noise, top)
-    noise = state.noise
-    variance = jnp.where(bits, sigmas * sigmas, state.variance)
-  else:  # honaker: build the nodes of heights 0..h* that end at t, bottom-up.
-    node_key = jax.random.fold_in(state.key, t)
+    # S = (((delta + S_{t-1}) + S_{t-2}) + S_{t-4}) + ...: the h* lower nodes (a dynamic trip count).
+    node_sum = jax.lax.fori_loop(0, h_star, lambda h, acc: _add(acc, _row(state.exact, h)), delta)
+    value, var = release(node_key, node_sum, h_star)
+  else:  # honaker: release the nodes of heights 0..h* that end at t, bottom-up.
 
     def build(h, carry):
-      eta, var = carry  # the chain's estimate noise / variance (the node of height h-1 ending at t).
-      sigma = _node_std(noise_std, t, h, dtype)
-      z = _draw(jax.random.fold_in(node_key, h), state.noise)
-      meas = jax.tree.map(lambda b: sigma.astype(b.dtype) * b, z)
-      left_eta = jax.tree.map(lambda buf: buf[jnp.maximum(h - 1, 0)], state.noise)
-      left_var = state.variance[jnp.maximum(h - 1, 0)]
-      kids_var = left_var + var
+      s_prev, est_prev, v_prev = carry  # the node of height h-1 ending at t: exact sum, estimate.
+      left = jnp.maximum(h - 1, 0)  # its left sibling is the last completed node of height h-1.
+      leaf = h == 0
+      s = jax.tree.map(lambda d, sp, el: jnp.where(leaf, d, sp + el),
+                       delta, s_prev, _row(state.exact, left))
+      meas, sigma2 = release(jax.random.fold_in(node_key, h), s, h)
+      kids_var = state.variance[left] + v_prev
       # V = (sigma^-2 + (V_l + V_r)^-1)^-1 and w = V / sigma^2, written without
-      # dividing by a zero sigma (noise_std = 0 gives an exact zero estimate).
-      denom = sigma * sigma + kids_var
+      # dividing by a zero sigma (noise_multiplier = 0 gives the exact sum).
+      denom = sigma2 + kids_var
       safe = jnp.where(denom > 0, denom, 1)
       w = jnp.where(denom > 0, kids_var / safe, 1)
-      v_combined = jnp.where(denom > 0, sigma * sigma * kids_var / safe, 0)
+      v_combined = jnp.where(denom > 0, sigma2 * kids_var / safe, 0)
       combined = jax.tree.map(
-          lambda m, le, e: w.astype(m.dtype) * m + (1 - w).astype(m.dtype) * (le + e),
-          meas, left_eta, eta)
-      leaf = h == 0
-      new_eta = jax.tree.map(lambda m, c: jnp.where(leaf, m, c), meas, combined)
-      return new_eta, jnp.where(leaf, sigma * sigma, v_combined)
+          lambda m, el, er: w.astype(m.dtype) * m + (1 - w).astype(m.dtype) * (el + er),
+          meas, _row(state.released, left), est_prev)
+      est = jax.tree.map(lambda m, cb: jnp.where(leaf, m, cb), meas, combined)
+      return s, est, jnp.where(leaf, sigma2, v_combined)
 
-    zero = jax.tree.map(lambda a: jnp.zeros(np.shape(a)[1:], a.dtype), state.noise)
-    # h* + 1 draws (amortized 2 per step), a dynamic trip count.
-    eta, var = jax.lax.fori_loop(0, h_star + 1, build, (zero, jnp.zeros((), dtype)))
-    noise = jax.tree.map(lambda buf, e: buf.at[h_star].set(e), state.noise, eta)
-    variance = state.variance.at[h_star].set(var)
-    gamma = _sum_levels(bits, lambda h: jax.tree.map(lambda buf: buf[h], noise), noise)
+    zero = jax.tree.map(jnp.zeros_like, delta)
+    # h* + 1 releases (amortized 2 per step), a dynamic trip count.
+    node_sum, value, var = jax.lax.fori_loop(0, h_star + 1, build,
+                                             (zero, zero, jnp.zeros((), dtype)))
 
-  gamma = jax.tree.map(lambda g: jnp.where(ok, g, jnp.nan), gamma)
+  exact_buf = jax.tree.map(lambda b, s: b.at[h_star].set(s), state.exact, node_sum)
+  released = jax.tree.map(lambda b, v: b.at[h_star].set(v), state.released, value)
+  variance = state.variance.at[h_star].set(var.astype(dtype))
+  bits = jnp.bitwise_and(jnp.right_shift(t, jnp.arange(num_levels, dtype=jnp.int32)), 1) == 1
+
+  def add_level(i, acc):  # MSB first: h = L-1, ..., 0; unset bits add an exact zero.
+    h = num_levels - 1 - i
+    return jax.tree.map(lambda a, b: a + jnp.where(bits[h], b[h], jnp.zeros_like(b[h])),
+                        acc, released)
+
+  ghat = jax.lax.fori_loop(0, num_levels, add_level, jax.tree.map(jnp.zeros_like, delta))
+  ghat = jax.tree.map(lambda g: jnp.where(ok, g, jnp.nan), ghat)
   new_state = TreeState(
       step=jnp.where(ok, t, state.step).astype(jnp.int32),
-      noise=_common.select(ok, noise, state.noise),
+      exact=_common.select(ok, exact_buf, state.exact),
+      released=_common.select(ok, released, state.released),
       variance=jnp.where(ok, variance, state.variance),
       key=state.key,
       overflow=jnp.logical_or(state.overflow, jnp.logical_not(ok)),
   )
-  return gamma, new_state
+  return ghat, new_state
 
 
 def prefix_variance(state: TreeState) -> jax.Array:
-  """Per-coordinate variance of the last ``gamma_t`` (``t = state.step``): ``sum_{h: bit h} V_h``."""
+  """Per-coordinate variance of ``ghat_t - g_t`` for ``t = state.step``: ``sum_{h: bit h} V_h``.
+
+  ``V_h`` is the nominal variance of level ``h``'s released value (``(c
+  D_i)^2``; honaker: its estimate's). The std actually added by each release
+  is :func:`dpjax.noise.effective_std`, at most a hair larger (the rounding
+  to the grid is paid for in noise: ``sigma (1 + sqrt(K) 2^e / D_i)`` for ``K``
+  coordinates on the grid ``2^e``, parts in 10^6 to 10^4 for a gradient).
+  """
   levels = jnp.arange(_num_levels(state), dtype=jnp.int32)
   bits = jnp.bitwise_and(jnp.right_shift(state.step, levels), 1).astype(state.variance.dtype)
   return jnp.sum(bits * state.variance)
 
 
-def charge_levels(accountant: accounting.AccountantState, step_before: jax.Array,
-                  step_after: jax.Array, rho_level: Any) -> accounting.AccountantState:
-  """Charges ``rho_level = 1 / (2 c^2)`` when a step opened a new level (``t = 1, 2, 4, ...``).
+def nodes_released(step_before: jax.Array, step_after: jax.Array, *,
+                   mode: str = "buffered") -> jax.Array:
+  """The number of node releases a step made: 1 (buffered) or ``ctz(t) + 1`` (honaker); 0 if refused.
 
-  After ``T`` steps the total is ``(floor(log2 T) + 1) rho_level``, the cost of
-  the released prefix sums (module docstring). A refused step (``step_after ==
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from dpjax import tree_aggregation as ta
+    >>> int(ta.nodes_released(jnp.int32(7), jnp.int32(8), mode="honaker"))  # heights 0..3 end at 8
+    4
+  """
+  mode = check_mode(mode)
+  step_before = jnp.asarray(step_before, jnp.int32)
+  t = jnp.asarray(step_after, jnp.int32)
+  stepped = t != step_before
+  count = jnp.ones((), jnp.int32) if mode == "buffered" else _ctz(jnp.maximum(t, 1)) + 1
+  return jnp.where(stepped, count, 0)
+
+
+def _round_up(x: float, dtype: Any) -> np.ndarray:
+  w = np.asarray(x, np.float64).astype(dtype)
+  return np.nextafter(w, np.asarray(np.inf, dtype)) if float(w) < x else w
+
+
+def charge_levels(accountant: accounting.AccountantState, step_before: jax.Array,
+                  step_after: jax.Array, rho_level: Any, *, node_slack: float = 0.0,
+                  mode: str = "buffered") -> accounting.AccountantState:
+  """Charges ``rho_level = 1 / (2 c^2)`` when a step opened a level, and the TV slack of its releases.
+
+  After ``T`` steps the zCDP total is ``(floor(log2 T) + 1) rho_level``, the
+  cost of the released prefix sums (module docstring). ``node_slack`` is
+  :func:`dpjax.noise.tv_slack` of one node (``K tau`` for ``K`` coordinates;
+  0 for an opt-out or noise-free tree); the step's slack is that times
+  :func:`nodes_released`, rounded up. A refused step (``step_after ==
   step_before``) charges nothing.
   """
   t = step_after
   opens = jnp.logical_and(t != step_before, jnp.bitwise_and(t, t - 1) == 0)
-  return _common.select(opens, accounting.charge(accountant, rho_level), accountant)
+  accountant = _common.select(opens, accounting.charge(accountant, rho_level), accountant)
+  node_slack = _validate.nonnegative_float(node_slack, "node_slack")
+  if node_slack == 0.0:
+    return accountant
+  dtype = np.dtype(accountant.truncation.dtype)
+  count = nodes_released(step_before, step_after, mode=mode)
+  slack = count.astype(dtype) * jnp.asarray(_round_up(node_slack, dtype))
+  # count * slack is exact for count <= 1; above, one rounding: round it up.
+  slack = jnp.where(count > 1, jnp.nextafter(slack, jnp.asarray(jnp.inf, dtype)), slack)
+  return accounting.charge(accountant, 0.0, slack=slack)
 
 
 class TreeAggregationState(NamedTuple):
@@ -482,9 +591,8 @@ class TreeAggregationState(NamedTuple):
   ``optax.tree.get(state, "rho")`` returns the accountant's ``rho``.
   """
 
-  total: Any  # pytree like the inputs: the exact running sum g_t (never released).
-  tree: TreeState  # the node noise.
-  accountant: accounting.AccountantState  # rho-zCDP charged for the nodes released so far.
+  tree: TreeState  # the node sums and their releases.
+  accountant: accounting.AccountantState  # rho-zCDP and TV slack charged for the releases so far.
   noise_multiplier: jax.Array  # shape=(): c, node std / node sensitivity.
 
 
@@ -498,22 +606,28 @@ def tree_prefix_sum(
     key: int | jax.Array,
     mode: str = "buffered",
     disable_noise_for_testing: bool = False,
+    unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
-  """Maps each step's clipped, summed input ``delta_t`` to its noisy prefix sum ``g_t + gamma_t``.
+  """Maps each step's clipped, summed input ``delta_t`` to its private prefix sum ``ghat_t``.
 
-  ``update(delta_t, state)`` returns ``ghat_t = delta_1 + ... + delta_t +
-  gamma_t`` (the analogue of TF Privacy's ``TreeCumulativeSumQuery``; spec
-  4.4). The caller bounds each step's input: ``sensitivity`` is the L2 norm
-  bound ``Delta_t`` of what one example can change in ``delta_t`` (e.g. the
-  per-example clip norm ``C_0 t^(k-1)``, divided by the batch size when the
-  input is a mean), a number or a function of the 1-based step (int32 array
-  in, array out). Node noise is ``c * max Delta`` over the node's leaves.
+  ``update(delta_t, state)`` returns ``ghat_t``, the float sum of the released
+  nodes of ``I_t`` (the binary mechanism of Dwork, Naor, Pitassi & Rothblum
+  2010 and Chan, Shi & Song 2011; the analogue of TF Privacy's
+  ``TreeCumulativeSumQuery``), an estimate of ``delta_1 + ... + delta_t``
+  with noise variance :func:`prefix_variance`. The caller bounds each step's
+  input: ``sensitivity`` is the L2 norm bound ``Delta_t`` of what one example
+  can change in ``delta_t`` (e.g. the per-example clip norm ``C_0 t^(k-1)``,
+  divided by the batch size when the input is a mean), a number or a
+  function of the 1-based step (int32 array in, array out). A node is
+  released with sensitivity ``max Delta`` over its leaves and std ``c``
+  times that.
 
   Budget: ``noise_multiplier = c`` directly, or ``rho`` for the whole
   capacity (``c = sqrt(L / (2 rho))``, so a full tree costs ``rho``). The
   accountant is charged ``1 / (2 c^2)`` at steps 1, 2, 4, 8, ...: after ``T``
   steps it holds ``(floor(log2 T) + 1) / (2 c^2)``, what the released prefix
-  sums cost (module docstring; = dp-accounting's single-epoch tree event).
+  sums cost (module docstring; = dp-accounting's single-epoch tree event),
+  and, at every step, the TV slack of the nodes it released.
 
   Args:
     num_levels: ``L``, capacity ``2^L - 1`` steps; or
@@ -525,7 +639,11 @@ def tree_prefix_sum(
     key: int seed or typed PRNG key.
     mode: one of :data:`MODES`.
     disable_noise_for_testing: no noise (NOT private); the accountant is still
-      charged. For tests only.
+      charged (no TV slack). For tests only.
+    unsafe_float_noise: releases the nodes with float noise
+      (``jax.random.normal``) instead of :mod:`dpjax.noise`'s exact sampler:
+      NOT private in floating point (Mironov 2012); for benchmarks only.
+      Issues :class:`dpjax.PrivacyLeakWarning`.
 
   Returns:
     An ``optax.GradientTransformationExtraArgs`` with a :class:`TreeAggregationState`.
@@ -548,35 +666,29 @@ def tree_prefix_sum(
     sensitivity = check_schedule(sensitivity, levels, "sensitivity")
   else:
     sensitivity = _validate.positive_float(sensitivity, "sensitivity")
-  mode = _validate.choice(mode, "mode", MODES)
+  mode = check_mode(mode)
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  exact = _common.exact_noise(unsafe_float_noise, "tree_prefix_sum")
   rho_level = 1.0 / (2.0 * c * c)  # one level of nodes: each costs a leaf in it <= 1 / (2 c^2).
-
-  def leaf_std(t):
-    delta = sensitivity(t) if callable(sensitivity) else jnp.full(t.shape, sensitivity)
-    return (0.0 if no_noise else c) * jnp.asarray(delta)
+  used_c = 0.0 if no_noise else c
 
   def init_fn(params):
     tree = tree_init(params, num_levels=levels, key=key, mode=mode)
-    return TreeAggregationState(
-        total=jax.tree.map(jnp.zeros_like, params), tree=tree,
-        accountant=accounting.init_accountant(),
-        noise_multiplier=jnp.asarray(c, tree.variance.dtype))
+    return TreeAggregationState(tree=tree, accountant=accounting.init_accountant(),
+                                noise_multiplier=jnp.asarray(c, tree.variance.dtype))
 
   def update_fn(updates, state, params=None, **extra):
     del params, extra  # extra arguments (e.g. from optax.chain) are accepted and ignored.
     if not isinstance(state, TreeAggregationState):
       raise TypeError(
           f"state must be a TreeAggregationState from init(), got {type(state).__name__}.")
-    gamma, tree = tree_step(state.tree, noise_std=leaf_std, mode=mode)
-    ok = jnp.logical_not(tree.overflow)
-    total = jax.tree.map(lambda g, d: g + d, state.total, updates)
-    total = _common.select(ok, total, state.total)
-    out = jax.tree.map(lambda g, z: g + z, total, gamma)
-    return out, TreeAggregationState(
-        total=total, tree=tree,
-        accountant=charge_levels(state.accountant, state.tree.step, tree.step, rho_level),
-        noise_multiplier=state.noise_multiplier)
+    ghat, tree = tree_step(state.tree, updates, sensitivity=sensitivity,
+                           noise_multiplier=used_c, mode=mode, exact=exact)
+    node_slack = noise.tv_slack(updates) if exact and not no_noise else 0.0
+    accountant = charge_levels(state.accountant, state.tree.step, tree.step, rho_level,
+                               node_slack=node_slack, mode=mode)
+    return ghat, TreeAggregationState(tree=tree, accountant=accountant,
+                                      noise_multiplier=state.noise_multiplier)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)

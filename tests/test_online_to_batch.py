@@ -11,8 +11,9 @@ import numpy as np
 import optax
 import pytest
 
+import dpjax
 from conftest import Z_MAX, maybe_jit, scale_z, unit_ball_batch
-from dpjax import accounting, online
+from dpjax import accounting, noise, online
 from dpjax import tree_aggregation as ta
 from dpjax.transforms.online_to_batch import difference_clip_bound, online_to_batch
 
@@ -279,7 +280,7 @@ def test_float32_matches_float64(x64):
   np.testing.assert_allclose(run(jnp.float32), run(jnp.float64), rtol=2e-3, atol=2e-4)
 
 
-@pytest.mark.parametrize("mode", ["regenerate", "honaker"])
+@pytest.mark.parametrize("mode", ta.MODES)
 def test_tree_modes_and_vmap_over_privacy_levels(mode):
   x, y = _data(12)
 
@@ -326,3 +327,30 @@ def test_replace_one_doubles_the_node_noise():
     out.append(np.asarray(state.learner.inputs))
   exact = np.asarray(_mean_grad(jnp.zeros(DIM), x, y))
   np.testing.assert_allclose(out[1] - exact, 2 * (out[0] - exact), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ta.MODES)
+def test_tree_releases_are_charged_their_tv_slack(mode):
+  """Every node release adds K tau (K = d coordinates): T nodes (buffered), 2T - popcount(T) (honaker)."""
+  x, y = _data()
+  steps = 6
+  tx = online_to_batch(online.ogd(radius=1.0), batch_size=B, steps=steps, rho=1.0,
+                       clip_norm=2.0, loss="logistic", key=0, mode=mode)
+  state, _, _ = _run(tx, steps, lambda t: (x, y), jnp.zeros(DIM), jit=True)
+  nodes = steps if mode == "buffered" else 2 * steps - bin(steps).count("1")
+  assert accounting.spent_truncation(state.accountant) == pytest.approx(
+      nodes * DIM * noise.tv_per_coordinate(), rel=1e-6)
+  assert accounting.spent_rho(state.accountant) == pytest.approx(
+      ta.tree_rho(ta.noise_multiplier_for(1.0, 3), steps), rel=1e-9)
+
+
+def test_unsafe_float_noise_and_the_removed_regenerate_mode():
+  x, y = _data()
+  kw = dict(batch_size=B, steps=4, rho=1.0, clip_norm=2.0, loss="logistic", key=0)
+  with pytest.warns(dpjax.PrivacyLeakWarning, match="online_to_batch"):
+    tx = online_to_batch(online.ogd(radius=1.0), unsafe_float_noise=True, **kw)
+  state, _, averages = _run(tx, 4, lambda t: (x, y), jnp.zeros(DIM), jit=True)
+  assert accounting.spent_truncation(state.accountant) == 0.0  # no exact release, no slack
+  assert np.all(np.isfinite(averages))
+  with pytest.raises(ValueError, match="mode='buffered'"):
+    online_to_batch(online.ogd(radius=1.0), mode="regenerate", **kw)

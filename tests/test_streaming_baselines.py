@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -10,8 +11,9 @@ import numpy as np
 import optax
 import pytest
 
+import dpjax
 from conftest import Z_MAX, maybe_jit, scale_z, unit_ball_batch
-from dpjax import accounting, minibatch
+from dpjax import accounting, minibatch, noise
 from dpjax import tree_aggregation as ta
 from dpjax.transforms import dp_ftrl, single_pass_dp_sgd
 
@@ -180,3 +182,21 @@ def test_replace_one_doubles_the_noise():
   with pytest.raises(ValueError, match="neighbouring"):
     single_pass_dp_sgd(learning_rate=1.0, batch_size=B, clip_norm=1.0, rho=0.5,
                        loss="logistic", key=0, neighbouring="add-remove")
+
+
+def test_ftrl_charges_the_tree_slack_and_offers_the_float_opt_out():
+  kw = dict(learning_rate=0.5, batch_size=B, clip_norm=1.0, steps=5, rho=1.0, loss="logistic",
+            key=0)
+  state, ws = _run(dp_ftrl(**kw), 5, True)
+  # One node of DIM coordinates released per step, each within DIM tau of the exact mechanism.
+  assert accounting.spent_truncation(state.prefix.accountant) == pytest.approx(
+      5 * DIM * noise.tv_per_coordinate(), rel=1e-6)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    unsafe = dp_ftrl(unsafe_float_noise=True, **kw)
+  leaks = [w for w in caught if issubclass(w.category, dpjax.PrivacyLeakWarning)]
+  assert len(leaks) == 1 and "dp_ftrl" in str(leaks[0].message), [str(w.message) for w in caught]
+  state, unsafe_ws = _run(unsafe, 5, True)
+  assert accounting.spent_truncation(state.prefix.accountant) == 0.0
+  assert accounting.spent_rho(state.prefix.accountant) == pytest.approx(1.0, rel=1e-9)
+  assert np.all(np.isfinite(unsafe_ws)) and not np.array_equal(unsafe_ws, ws)

@@ -126,7 +126,9 @@ def test_traced_rho_matches_concrete_rho(algorithm, jit):
         jax.lax.dynamic_slice_in_dim(x, t * 32, 32), jax.lax.dynamic_slice_in_dim(y, t * 32, 32)))[0]
 
   batched = jax.vmap(maybe_jit(run, jit))(jnp.asarray([0.05, 2.0], jnp.float32))
-  np.testing.assert_allclose(batched[1], run(2.0), rtol=2e-4, atol=2e-5)
+  # A traced budget plans the exact sampler in float32 with a margin (dpjax.noise), which may
+  # pick other lattice multipliers than the host plan: the same law, noise ~1e-3 apart.
+  np.testing.assert_allclose(batched[1], run(2.0), rtol=2e-3, atol=1e-4)
   assert not np.allclose(batched[0], batched[1])  # the traced budget sets the noise
 
 

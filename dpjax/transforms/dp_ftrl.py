@@ -1,22 +1,26 @@
-"""DP-FTRL with tree noise (Kairouz et al. 2021), a single-pass baseline for online-to-batch.
+"""DP-FTRL with tree aggregation (Kairouz et al. 2021), a single-pass baseline for online-to-batch.
 
-Follow-the-regularized-leader on the privatized prefix sums of clipped
-gradients (``spec-online-to-batch.md`` section 4.4; Kairouz, McMahan, Song,
-Thakkar, Thakurta, Xu, ICML 2021, Algorithm 1 without momentum):
+Follow-the-regularized-leader on the private prefix sums of clipped
+gradients (Kairouz, McMahan, Song, Thakkar, Thakurta & Xu, "Practical and
+private (deep) learning without sampling or shuffling", ICML 2021, Algorithm
+1 without momentum):
 
-``theta_{t+1} = Pi(theta_0 - eta (sum_{s<=t} sum_{z in batch_s} clip(grad l(theta_s, z), C) + gamma_t) / b)``
+``theta_{t+1} = Pi(theta_0 - eta ghat_t / b)``, ``ghat_t`` the binary
+mechanism's release of ``sum_{s<=t} sum_{z in batch_s} clip(grad l(theta_s, z), C)``
 
-``gamma_t`` is binary-tree noise (:mod:`dpjax.tree_aggregation`) with node
-std ``c C`` (``2 c C`` for replace-one neighbours). Privacy: each example is
-used once (one step's batch, single pass) and moves that step's clipped sum by
-at most ``C`` when zeroed out (``2C`` when replaced; ``dpjax.minibatch.
-NEIGHBOURING``), so the released prefix sums cost the tree's ``depth / (2
-c^2)`` zCDP and every ``theta`` is post-processing; the accountant in the
-state is the tree's.
+(:func:`dpjax.tree_aggregation.tree_prefix_sum`: each tree node is released
+through the floating-point-safe Gaussian mechanism of :mod:`dpjax.noise` with
+std ``c C``, ``2 c C`` for replace-one neighbours, and ``ghat_t`` is the sum of
+released nodes). Privacy: each example is used once (one step's batch, single
+pass) and moves that step's clipped sum by at most ``C`` when zeroed out
+(``2C`` when replaced; ``dpjax.minibatch.NEIGHBOURING``), so the releases cost
+the tree's ``depth / (2 c^2)`` zCDP (plus their TV slack) and every
+``theta`` is post-processing; the accountant in the state is the tree's.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -24,6 +28,7 @@ import optax
 
 from dpjax import _common
 from dpjax import _validate
+from dpjax import leaks
 from dpjax import minibatch
 from dpjax import tree_aggregation as ta
 
@@ -34,7 +39,7 @@ class DPFTRLState(NamedTuple):
   """State of :func:`dp_ftrl`; ``optax.tree.get(state, "rho")`` reads the tree's accountant."""
 
   origin: Any  # theta_0, like the params: the regularizer's centre.
-  prefix: ta.TreeAggregationState  # the running clipped sum and its tree noise (and accountant).
+  prefix: ta.TreeAggregationState  # the tree's node sums and releases (and accountant).
 
 
 def dp_ftrl(
@@ -53,6 +58,7 @@ def dp_ftrl(
     mode: str = "buffered",
     neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
+    unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
   """DP-FTRL: ``update(None, state, params, *, batch)`` returns ``theta_{t+1} - params``.
 
@@ -70,6 +76,9 @@ def dp_ftrl(
     mode: the tree mode (``dpjax.tree_aggregation.MODES``).
     neighbouring: ``"zero-out"`` or ``"replace-one"`` (noise x 2).
     disable_noise_for_testing: no noise (NOT private).
+    unsafe_float_noise: the tree releases its nodes with float noise
+      (``jax.random.normal``): NOT private in floating point (Mironov 2012);
+      for benchmarks only. Issues :class:`dpjax.PrivacyLeakWarning`.
 
   Examples:
     >>> import jax.numpy as jnp, optax
@@ -90,11 +99,15 @@ def dp_ftrl(
   clip_norm = _validate.positive_float(clip_norm, "clip_norm")
   loss, loss_fn = minibatch.check_loss(loss, loss_fn)
   projection = minibatch.check_projection(projection)
-  prefix = ta.tree_prefix_sum(num_levels=num_levels, steps=steps, rho=rho,
-                              noise_multiplier=noise_multiplier,
-                              sensitivity=minibatch.sensitivity_factor(neighbouring) * clip_norm,
-                              key=key,
-                              mode=mode, disable_noise_for_testing=disable_noise_for_testing)
+  with warnings.catch_warnings():  # the opt-out's warning is dp_ftrl's own, issued below.
+    warnings.simplefilter("ignore", leaks.PrivacyLeakWarning)
+    prefix = ta.tree_prefix_sum(num_levels=num_levels, steps=steps, rho=rho,
+                                noise_multiplier=noise_multiplier,
+                                sensitivity=minibatch.sensitivity_factor(neighbouring) * clip_norm,
+                                key=key,
+                                mode=mode, disable_noise_for_testing=disable_noise_for_testing,
+                                unsafe_float_noise=unsafe_float_noise)
+  _common.exact_noise(unsafe_float_noise, "dp_ftrl")
 
   def init_fn(params):
     return DPFTRLState(origin=params, prefix=prefix.init(params))

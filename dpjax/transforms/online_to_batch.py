@@ -1,45 +1,50 @@
-"""DP online-to-batch (Zhang, Tran & Cutkosky 2022; ``spec-online-to-batch.md`` section 1).
+"""DP online-to-batch (Zhang, Tran & Cutkosky 2022, "Differentially private online-to-batch for smooth losses", NeurIPS).
 
 Any online learner on a bounded domain becomes a private stochastic optimizer.
 Step ``t`` (1-based, one fresh batch ``z_t`` per step, single pass):
 
 1. the learner plays ``w_t``; the averaged iterate is ``x_t = x_{t-1} +
    (beta_t / beta_{1:t}) (w_t - x_{t-1})``, the ``beta``-weighted mean of
-   ``w_1..w_t``, with ``beta_t = t^k`` and ``beta_0 = 0`` (spec 1.1);
+   ``w_1..w_t``, with ``beta_t = t^k`` and ``beta_0 = 0``;
 2. each example's difference vector ``v_t(z) = beta_t grad l(x_t, z) -
    beta_{t-1} grad l(x_{t-1}, z)`` is computed on the **same** example at both
-   points (pitfall P3) and clipped to ``C_0 t^(k-1)`` (pitfall P5: clipping the
-   difference, not each gradient); their sum is ``delta_t``;
-3. ``g_t = g_{t-1} + delta_t`` (never released) gets binary-tree noise,
-   ``ghat_t = g_t + gamma_t`` (:mod:`dpjax.tree_aggregation`);
+   points and clipped to ``C_0 t^(k-1)`` (clipping the difference, not each
+   gradient); their sum is ``delta_t``;
+3. the binary tree (:mod:`dpjax.tree_aggregation`) releases its nodes through
+   the floating-point-safe Gaussian mechanism (:mod:`dpjax.noise`) and returns
+   ``ghat_t``, the sum of the released nodes covering ``1..t``: a private
+   estimate of ``g_t = delta_1 + ... + delta_t`` (which is never formed, let
+   alone released);
 4. the learner sees only ``ghat_t``, as the linear loss ``beta_t <u_t, w>``
    with ``u_t = ghat_t / (beta_t b)`` (``b`` the public batch size), and
    plays ``w_{t+1}``;
 5. the training parameters become ``x_t`` (the output is the last ``x_T``,
    not ``w_T``).
 
-Numerics (spec 1.2 [derived], pitfalls P2, P9): the state keeps the
-normalized sum ``m_t = g_t / beta_t``, updated as ``m_t = a_t m_{t-1} + sum_z
+Numerics. The differences are clipped in normalized form: ``s_t = sum_z
 clip(grad l(x_t, z) - a_t grad l(x_{t-1}, z))`` with ``a_t = beta_{t-1} /
-beta_t = ((t-1)/t)^k`` and the clip bound ``C_0 t^(k-1) / beta_t = C_0 / t``:
-no ``t^k``-sized differences cancel in float32. At ``t = 1``, ``a_1 = 0``
-and the gradient at ``x_0`` is masked out (never multiplied by ``0^0 = 1``).
+beta_t = ((t-1)/t)^k`` and the clip bound ``C_0 t^(k-1) / beta_t = C_0 / t``,
+so no ``t^k``-sized differences cancel in float32; the tree's input is
+``delta_t = beta_t s_t`` (``beta_t`` is a float: ``t^k`` overflows int32). At
+``t = 1``, ``a_1 = 0`` and the gradient at ``x_0`` is masked out (never
+multiplied by ``0^0 = 1``).
 
-Privacy (spec 1.4-1.5 [derived]). The privacy unit is one position of the
-stream (``dpjax.minibatch.NEIGHBOURING``): with ``neighbouring="zero-out"``
-(the default; dp-accounting's REPLACE_SPECIAL) one example is replaced by a
-null one, with ``"replace-one"`` by any other, doubling the sensitivity. The
+Privacy. The privacy unit is one position of the stream
+(``dpjax.minibatch.NEIGHBOURING``): with ``neighbouring="zero-out"`` (the
+default; dp-accounting's REPLACE_SPECIAL) one example is replaced by a null
+one, with ``"replace-one"`` by any other, doubling the sensitivity. The
 example enters one step's ``delta_s`` only (single pass), by at most the clip
 bound ``Delta_s = C_0 s^(k-1)`` (twice that for replace-one) in L2, whatever
 the iterates (they are post-processing of earlier releases: adaptive
-composition). The tree charges
-``depth / (2 c^2)`` zCDP for the released sums, ``c`` the node noise
-multiplier; the learner, ``x_t`` and the output are post-processing. The
-accountant in the state is charged as the tree opens levels (at ``t = 1, 2, 4,
-...``). Per-node noise follows the largest sensitivity in the node, so any
-``k`` (or a given ``sensitivity`` schedule) is private; the default clip
-``C_0 = k G + (k + 1) D H`` leaves examples untouched for a ``G``-Lipschitz,
-``H``-smooth loss on a domain of diameter ``D`` (spec 1.4).
+composition). The tree charges ``depth / (2 c^2)`` zCDP for its node
+releases, ``c`` the node noise multiplier, plus the TV slack of each release
+(:func:`dpjax.noise.tv_slack`); ``ghat_t``, the learner, ``x_t`` and the
+output are post-processing of released values. The accountant in the state
+is charged as the tree opens levels (at ``t = 1, 2, 4, ...``). Each node is
+released with the largest sensitivity in it, so any ``k`` (or a given
+monotone ``sensitivity`` schedule) is private; the default clip ``C_0 = k G +
+(k + 1) D H`` leaves examples untouched for a ``G``-Lipschitz, ``H``-smooth
+loss on a domain of diameter ``D``.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import minibatch
+from dpjax import noise
 from dpjax import online
 from dpjax import tree_aggregation as ta
 
@@ -67,14 +73,13 @@ class OnlineToBatchState(NamedTuple):
   beta_sum: jax.Array  # shape=(): beta_{1:t} (float; t^k overflows int32, P9).
   average: Any  # x_t, like the params: the training parameters.
   play: Any  # w_{t+1}, like the params: the learner's next play.
-  momentum: Any  # m_t = g_t / beta_t, like the params (exact; never released).
   learner: Any  # the learner's state.
-  tree: ta.TreeState  # the tree noise.
-  accountant: accounting.AccountantState  # rho-zCDP charged by the tree.
+  tree: ta.TreeState  # the tree's exact node sums and released nodes.
+  accountant: accounting.AccountantState  # rho-zCDP and TV slack charged by the tree.
 
 
 def difference_clip_bound(k: float, lipschitz: float, smoothness: float, diameter: float) -> float:
-  """``C_k = k G + (k + 1) D H`` (spec 1.4): ``||v_t(z)|| <= C_k t^(k-1)`` for ``k >= 1``.
+  """``C_k = k G + (k + 1) D H``: ``||v_t(z)|| <= C_k t^(k-1)`` for ``k >= 1`` (Zhang, Tran & Cutkosky 2022).
 
   Examples:
     >>> from dpjax.transforms.online_to_batch import difference_clip_bound
@@ -107,8 +112,9 @@ def online_to_batch(
     mode: str = "buffered",
     neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
+    unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
-  """The DP online-to-batch conversion around ``learner`` (spec 1.2; module docstring).
+  """The DP online-to-batch conversion around ``learner`` (module docstring).
 
   ``update(None, state, params, *, batch)`` runs step ``t = state.count + 1``
   on ``batch`` (``b = batch_size`` fresh examples, each used once) and
@@ -141,7 +147,11 @@ def online_to_batch(
     mode: the tree mode, one of ``dpjax.tree_aggregation.MODES``.
     neighbouring: ``"zero-out"`` or ``"replace-one"`` (node noise x 2); see
       ``dpjax.minibatch.NEIGHBOURING``.
-    disable_noise_for_testing: no noise (NOT private); still charged.
+    disable_noise_for_testing: no noise (NOT private); still charged (no TV slack).
+    unsafe_float_noise: releases the tree's nodes with float noise
+      (``jax.random.normal``) instead of :mod:`dpjax.noise`'s exact sampler:
+      NOT private in floating point (Mironov 2012); for benchmarks only.
+      Issues :class:`dpjax.PrivacyLeakWarning`.
 
   Raises:
     ValueError, TypeError: eagerly, for bad arguments (see the messages).
@@ -170,26 +180,32 @@ def online_to_batch(
       raise ValueError("pass clip_norm= (C_0; see online_to_batch.difference_clip_bound) or sensitivity=.")
     clip_norm = _validate.positive_float(clip_norm, "clip_norm")
     sensitivity = lambda t: clip_norm * jnp.power(t.astype(float), k - 1.0)  # noqa: E731
+    constant = clip_norm if k == 1 else None  # C_0 t^0: planned on the host.
   elif clip_norm is not None:
     raise ValueError("pass clip_norm or sensitivity, not both.")
   else:
     sensitivity = ta.check_schedule(sensitivity, levels, "sensitivity")
+    constant = None
   loss, loss_fn = minibatch.check_loss(loss, loss_fn)
-  mode = _validate.choice(mode, "mode", ta.MODES)
+  mode = ta.check_mode(mode)
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
+  exact = _common.exact_noise(unsafe_float_noise, "online_to_batch")
   rho_level = 1.0 / (2.0 * c * c)
+  used_c = 0.0 if no_noise else c
   factor = minibatch.sensitivity_factor(neighbouring)
-
-  def leaf_std(t):  # c times the sum's sensitivity: the clip bound, x 2 for replace-one.
-    return (0.0 if no_noise else c) * factor * jnp.asarray(sensitivity(t))
+  # The sensitivity of delta_t: the clip bound, x 2 for replace-one.
+  if constant is not None:
+    leaf_sensitivity = factor * constant
+  else:
+    leaf_sensitivity = lambda t: factor * jnp.asarray(sensitivity(t))  # noqa: E731
 
   def init_fn(params):
     return OnlineToBatchState(
         count=jnp.zeros((), jnp.int32),
         beta_sum=jnp.zeros((), _common.float_dtype(params)),
         average=params, play=params,
-        momentum=jax.tree.map(jnp.zeros_like, params), learner=learner.init(params),
+        learner=learner.init(params),
         tree=ta.tree_init(params, num_levels=levels, key=key, mode=mode),
         accountant=accounting.init_accountant())
 
@@ -213,10 +229,11 @@ def online_to_batch(
     bound = jnp.asarray(sensitivity(t), dtype) / beta  # the clip bound, normalized: C_0 / t.
     s = minibatch.clipped_sum(x_t, batch, bound=bound, loss=loss, loss_fn=loss_fn,
                               prev_params=x_prev, a=a_t)  # a_1 = 0 masks the gradient at x_0.
-    momentum = jax.tree.map(lambda m, d: a_t.astype(m.dtype) * m + d, state.momentum, s)
-    gamma, tree = ta.tree_step(state.tree, noise_std=leaf_std, mode=mode)
-    released = jax.tree.map(lambda m, g: (m + g / beta.astype(g.dtype)) / batch_size,
-                            momentum, gamma)  # u_t = ghat_t / (beta_t b)
+    delta = jax.tree.map(lambda v: beta.astype(v.dtype) * v, s)  # per example <= Delta_t
+    ghat, tree = ta.tree_step(state.tree, delta, sensitivity=leaf_sensitivity,
+                              noise_multiplier=used_c, mode=mode, exact=exact)
+    released = jax.tree.map(lambda g: g / (beta.astype(g.dtype) * batch_size),
+                            ghat)  # u_t = ghat_t / (beta_t b): post-processing
     if extra_args:
       step, learner_state = learner.update(released, state.learner, w_t, beta=beta, x=x_t)
     else:
@@ -224,11 +241,13 @@ def online_to_batch(
     play = optax.apply_updates(w_t, step)
     if projection is not None:
       play = projection(play)
-    accountant = ta.charge_levels(state.accountant, state.tree.step, tree.step, rho_level)
+    node_slack = noise.tv_slack(x_t) if exact and not no_noise else 0.0  # one node's K tau
+    accountant = ta.charge_levels(state.accountant, state.tree.step, tree.step, rho_level,
+                                  node_slack=node_slack, mode=mode)
     out = jax.tree.map(lambda new, old: new - old, x_t, state.average if params is None else params)
     return out, OnlineToBatchState(
         count=t.astype(jnp.int32), beta_sum=beta_sum, average=x_t, play=play,
-        momentum=momentum, learner=learner_state, tree=tree, accountant=accountant)
+        learner=learner_state, tree=tree, accountant=accountant)
 
   return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
