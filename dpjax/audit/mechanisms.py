@@ -71,8 +71,8 @@ covers the pair.
 
 * ``"noise/2"``: every release adds half the noise while the accountant
   charges the original budget (:func:`dpjax.noise.broken_noise_for_audit`,
-  read at trace time; mechanisms that still draw ``jax.random.normal``
-  directly get the same factor through :func:`scaled_noise`);
+  read at trace time; AOP's objective perturbation, the one Gaussian draw
+  that is not a release, gets the same factor through :func:`scaled_noise`);
 * ``"2x-sensitivity"``: the canary's contribution to every released sum is
   doubled. ``D'`` holds two canary rows where ``D`` holds two null rows
   (the tree: a leaf input of 2; the estimator: two labels flipped;
@@ -91,10 +91,11 @@ Replace-one entries also have ``"zero-out-noise"``: the transform's default
 (zero-out) calibration on the replace-one pair, the bug the issue found in
 ``dp_gd`` (gradient noise for ``L0 / n`` where the pair moves the sum by
 ``2 L0 / n``; the curvature's ``sqrt(2)``). Two mechanism-specific
-controls remain: ``"fresh-tree-noise"`` (the tree
-redraws its node noises at every step instead of reusing them, by re-keying
-a ``"regenerate"`` tree before each step) and AOP's ``"noise/10"`` (see
-:func:`_aop`).
+controls remain: ``"fresh-tree-noise"`` (the tree adds fresh noise to every
+node at every step instead of reusing the released values: the shipped tree
+stores its releases and has no mode that redraws them, so the control
+re-releases the stored nodes before each step, :func:`_redraw_released`)
+and AOP's ``"noise/10"`` (see :func:`_aop`).
 
 **Why the audits are evaluated at delta = 0.1** (:data:`AUDIT_DELTA`). Every
 zCDP mechanism is (epsilon(delta), delta)-DP for every delta, so its claim
@@ -203,9 +204,9 @@ class AuditResult(NamedTuple):
 def scaled_noise(factor: float) -> Iterator[None]:
   """Scales every ``jax.random.normal`` draw by ``factor`` (a test-only bug injection).
 
-  For the mechanisms that still draw ``jax.random.normal`` directly instead
-  of going through :mod:`dpjax.noise` (AOP's host draws, and the tree's
-  node noise where it does). Active while code is traced or run eagerly
+  For the draws that do not go through a release of :mod:`dpjax.noise`
+  (AOP's objective perturbation, :func:`dpjax.noise.perturbation_vector`).
+  Active while code is traced or run eagerly
   inside the block; compiled caches are cleared on entry and exit so that
   nothing traced inside leaks out (or in). Not thread-safe.
 
@@ -242,8 +243,8 @@ def injected_noise(factor: float | None, *,
   ``"dpjax.noise"`` uses :func:`dpjax.noise.broken_noise_for_audit` (every
   release; the accountant still charges the original budget);
   ``"jax.random.normal"`` uses :func:`scaled_noise` (the draws that do not go
-  through a release: AOP's objective perturbation, the tree's node noise
-  where it does so). ``factor=None`` injects nothing. Compiled caches are
+  through a release: AOP's objective perturbation). ``factor=None`` injects
+  nothing. Compiled caches are
   cleared on entry and exit: the injection is read at trace time, and a
   cached program would skip it.
   """
@@ -703,9 +704,31 @@ def _estimator(*, doubled: bool = False) -> _Spec:
 # ----------------------------------------------------------------------------
 
 
-# The tree (and online-to-batch through it) draws its node noise with jax.random.normal;
-# audit() checks that the noise twin's injection reaches it.
-_TREE_NOISE_PATHS = ("jax.random.normal",)
+# The tree (and online-to-batch through it) releases its nodes through dpjax.noise;
+# audit() checks that the noise twin's injection reaches them.
+_TREE_NOISE_PATHS = ("dpjax.noise",)
+
+
+def _redraw_released(tree: ta.TreeState, key: jax.Array) -> ta.TreeState:
+  """The ``"fresh-tree-noise"`` bug: every stored node released again, with new noise.
+
+  Each level's released value becomes ``add_gaussian(exact sum, std = its nominal
+  std)`` under a fresh key, so the next prefix sum adds fresh noise on every node
+  of ``I_t`` instead of reusing the released values (fresh noise per step is
+  not private at the tree's scale). Levels never released (variance 0) stay
+  exact zeros.
+  """
+  levels = tree.variance.shape[0]
+  keys = jax.random.split(key, levels)
+
+  def one(h):
+    return jax.tree.map(
+        lambda e: noise.add_gaussian(keys[h], e[h], sensitivity=1.0,
+                                     noise_std=jnp.sqrt(tree.variance[h])), tree.exact)
+
+  rows = [one(h) for h in range(levels)]
+  released = jax.tree.map(lambda *r: jnp.stack(r), *rows)
+  return tree._replace(released=released)
 
 
 def _tree(*, steps: int, statistic: str, fresh_noise: bool = False,
@@ -733,13 +756,13 @@ def _tree(*, steps: int, statistic: str, fresh_noise: bool = False,
   weights = jnp.asarray(weights, jnp.float32)
 
   def run(key, leaf1):
-    tx = ta.tree_prefix_sum(steps=steps, rho=RHO, sensitivity=1.0, key=key,
-                            mode="regenerate" if fresh_noise else "buffered")
+    tx = ta.tree_prefix_sum(steps=steps, rho=RHO, sensitivity=1.0, key=key)
 
     def body(carry, t):
       state, stat = carry
       if fresh_noise:  # The bug: new node noise at every step.
-        state = state._replace(tree=state.tree._replace(key=jax.random.fold_in(key, t)))
+        state = state._replace(tree=_redraw_released(
+            state.tree, jax.random.fold_in(jax.random.fold_in(key, 7), t)))
       leaf = jnp.where(t == 1, leaf1, 0.0) * jnp.ones((1,))
       ghat, state = tx.update(leaf, state)
       return (state, stat + weights[t - 1] * ghat[0]), None
@@ -751,9 +774,9 @@ def _tree(*, steps: int, statistic: str, fresh_noise: bool = False,
   value = 2.0 if doubled else 1.0
   text = ("sum of the prefix sums at t = 2^h (the nodes over leaf 1)" if statistic == "nodes"
           else "sum_t ghat_t / |I_t| (the test against fresh per-step noise)")
-  mode = "regenerate, re-keyed every step" if fresh_noise else "buffered"
+  bug = ", stored nodes re-released before every step" if fresh_noise else ""
   return _Spec(run, (jnp.float32(0.0), jnp.float32(value)), "gaussian", None, AUDIT_DELTA,
-               False, _TREE_NOISE_PATHS, f"tree_prefix_sum(steps={steps}, mode={mode!r})",
+               False, _TREE_NOISE_PATHS, f"tree_prefix_sum(steps={steps}{bug})",
                "prefix sums", "zero-out", "leaf 1 input 1 (the sensitivity) vs 0", text)
 
 
