@@ -88,9 +88,9 @@ covers the pair.
   once.
 
 Replace-one entries also have ``"zero-out-noise"``: the transform's default
-(zero-out) calibration on the replace-one pair, the bug the issue found in
-``dp_gd`` (gradient noise for ``L0 / n`` where the pair moves the sum by
-``2 L0 / n``; the curvature's ``sqrt(2)``). Two mechanism-specific
+(zero-out) calibration on the replace-one pair, a mislabelled relation
+(gradient noise for ``L0 / n`` where the pair moves the sum by ``2 L0 /
+n``; the curvature's ``sqrt(2)``). Two mechanism-specific
 controls remain: ``"fresh-tree-noise"`` (the tree adds fresh noise to every
 node at every step instead of reusing the released values: the shipped tree
 stores its releases and has no mode that redraws them, so the control

@@ -22,6 +22,6 @@ def test_replace_one_audit_under_the_claim_and_twins_flagged(name):
   for bad in (noise_half, doubled):
     assert bad.lower_bound.epsilon > 1.3 * bad.claimed_epsilon, bad
   # The default (zero-out) noise on the replace-one pair: the gradient sums move by
-  # 2 L0 / n against noise for L0 / n (the dp-gd finding), the curvature by
+  # 2 L0 / n against noise for L0 / n (a mislabelled relation), the curvature by
   # sqrt(2) L1 / n against noise for L1 / n.
   assert zero_out.lower_bound.epsilon > 1.2 * zero_out.claimed_epsilon, zero_out
