@@ -539,7 +539,8 @@ def _newton(*, curvature: str, modification: str, lam: Any, channel: str,
   if public:
     canary += f"; {len(public)} public rows x = 1 (balanced labels)"
   statistic = ("released lambda (increasing in the noisy trace)" if channel == "trace"
-               else "log-likelihood ratio of (update, |g~| from the released direction std)")
+               else "log-likelihood ratio of the update and the norm of g~ (from the released "
+               "direction std)")
   return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False, ("dpjax.noise",),
                f"dp_newton(curvature={curvature!r}, modification={modification!r}, {lam_text}, "
                f"grad_frac={grad_frac}, trace_frac={trace_frac}{coeff_text})", channel, "zero-out",
@@ -878,8 +879,8 @@ def _aop(*, epsilon: float, gamma: float, doubled: bool = False) -> _Spec:
   # output perturbation is released through noise.add_gaussian: the twin scales both.
   paths = ("dpjax.noise", "jax.random.normal")
   return _Spec(run, ((x, y), (x, y_prime)), None, epsilon, CONTRACT_DELTA, True, paths,
-               f"baselines.aop(epsilon={epsilon}, delta=1e-5, gamma={gamma})", "end-to-end", "replace-one (label flip)",
-               "x = e_1 with y = -1 (D) or +1 (D')", "theta[0]")
+               f"baselines.aop(epsilon={epsilon}, delta=1e-5, gamma={gamma})", "end-to-end",
+               "replace-one (label flip)", "x = e_1 with y = -1 (D) or +1 (D')", "theta[0]")
 
 
 # ----------------------------------------------------------------------------
