@@ -3,8 +3,9 @@
 * :mod:`dpjax.audit.bounds`: Clopper-Pearson intervals and the empirical
   epsilon lower bound over all thresholds (Jagielski et al. 2020; Nasr et al.
   2021);
-* :mod:`dpjax.audit.mechanisms`: the audits of dpjax's shipped mechanisms
-  with worst-case canaries, and their deliberately broken negative controls.
+* :mod:`dpjax.audit.mechanisms`: the audits of dpjax's shipped mechanisms,
+  channel by channel, with worst-case canaries, and their deliberately
+  broken twins (half the noise; twice the sensitivity).
 
 Needs the ``audit`` extra (scipy).
 """
@@ -12,7 +13,9 @@ Needs the ``audit`` extra (scipy).
 from dpjax.audit import bounds
 from dpjax.audit import mechanisms
 from dpjax.audit.bounds import EpsilonLowerBound, clopper_pearson, empirical_epsilon
-from dpjax.audit.mechanisms import AuditResult, AuditSetup, make_setup, run_audit, scaled_noise
+from dpjax.audit.mechanisms import (AuditResult, AuditSetup, audit, injected_noise, make_setup,
+                                   run_audit, scaled_noise)
 
-__all__ = ["AuditResult", "AuditSetup", "EpsilonLowerBound", "bounds", "clopper_pearson",
-           "empirical_epsilon", "make_setup", "mechanisms", "run_audit", "scaled_noise"]
+__all__ = ["AuditResult", "AuditSetup", "EpsilonLowerBound", "audit", "bounds", "clopper_pearson",
+           "empirical_epsilon", "injected_noise", "make_setup", "mechanisms", "run_audit",
+           "scaled_noise"]

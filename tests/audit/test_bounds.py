@@ -97,3 +97,15 @@ def test_clopper_pearson_rejects_bad_counts():
     bounds.clopper_pearson([11], 10)
   with pytest.raises(TypeError, match="integers"):
     bounds.clopper_pearson([1.5], 10)
+
+
+def test_holdout_bound_exceeds_the_true_epsilon_rarely():
+  """The held-out bound is a valid 95% lower bound: over 300 audits of an exact 1-GDP
+  pair it exceeds the true epsilon(delta = 0.1) = 1.16 in at most 5% of them."""
+  true_eps = accounting.zcdp_to_epsilon(0.5, 0.1, "gaussian")  # mu = 1
+  rng = np.random.default_rng(5)
+  above = 0
+  for _ in range(300):
+    s0, s1 = rng.normal(size=1000), rng.normal(size=1000) + 1.0
+    above += bounds.empirical_epsilon(s0, s1, 0.1, holdout=True).epsilon > true_eps
+  assert above <= 15
