@@ -430,7 +430,10 @@ def integer_noise(key: jax.Array, shape: tuple[int, ...], l1: Any, l2: Any) -> j
     >>> r.dtype, r.shape
     (dtype('int32'), (4,))
   """
-  atoms = _draws(jax.random.bits(key, (_NUM_WORDS,) + tuple(shape), jnp.uint32))
+  size = int(np.prod(shape, dtype=np.int64))
+  # Drawn flat and reshaped: the same words, and XLA compiles this form faster.
+  bits = jax.random.bits(key, (_NUM_WORDS * size,), jnp.uint32)
+  atoms = _draws(bits.reshape((_NUM_WORDS,) + tuple(shape)))
   l1 = jnp.asarray(l1, jnp.int32)
   l2 = jnp.asarray(l2, jnp.int32)
   return l2 * (l1 * atoms[0] + atoms[1]) + atoms[2]
