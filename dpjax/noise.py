@@ -450,36 +450,44 @@ def _pow2(e: Any, dtype: Any) -> Any:
   return jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
+_CLAMP = 2.0**52  # |v / gamma| is clipped here (public, 1-Lipschitz): ~5e7 noise stds at least.
+_SPLIT = 1.5 * 2.0**54  # fl(a + _SPLIT) - _SPLIT rounds a to a multiple of 2^31 (|a| < 2^53).
+
+
 def _release_leaf(key, v, e, l1, l2):
-  """``gamma * (round(v / gamma) + R)`` with the integer sum exact; in ``v``'s dtype."""
+  """``gamma * (round(v / gamma) + R)`` with the integer sum exact; in ``v``'s dtype.
+
+  float32: ``a = a_hi + a_lo`` exactly, ``a_hi`` a multiple of ``2^31`` (the
+  magic-number split, exact for ``|a| < 2^53``) and ``|a_lo| <= 2^30``; then
+  ``t = a_lo + R`` is exact in int32 (``|R| < 2^30``), and ``m = A + t_lo`` with
+  ``A = a_hi + 2^31 k`` and ``t_lo = t - 2^31 k`` in ``[-2^30, 2^30)``: the unique
+  centred decomposition of the exact integer ``m``, so the output ``fl(A +
+  t_lo)`` is a function of ``m`` alone, within ``2^-24`` of ``m`` relative.
+  float64: ``a + R`` is exact.
+  """
   out_dtype = v.dtype
   wide = out_dtype == jnp.float64
   work = jnp.float64 if wide else jnp.float32
-  x = v.astype(work) * _pow2(-e, work)
-  x = jnp.where(jnp.isnan(x), 0.0, jnp.clip(x, -(2.0**62), 2.0**62))  # exact: 2^-e scaling
+  x = v.astype(work) * _pow2(-e, work)  # exact: a power-of-two scaling
+  x = jnp.where(jnp.isnan(x), 0.0, jnp.clip(x, -_CLAMP, _CLAMP))
   a = jnp.round(x)
   r = integer_noise(key, v.shape, l1, l2)
   up = _pow2(e, work)
   if wide:
-    m = a + r.astype(jnp.float64)  # both exact; the sum is correctly rounded: a function of a + r.
-    return (m * up).astype(out_dtype)
-  # float32: |a| = hi 2^32 + lo exactly (|a| has 24 significant bits), then a
-  # 64-bit two's-complement integer (hi, lo) to which r is added with carry.
-  mag = jnp.abs(a)
-  hi_f = jnp.floor(mag * jnp.float32(2.0**-32))
-  lo = (mag - hi_f * jnp.float32(2.0**32)).astype(jnp.uint32)
-  hi = hi_f.astype(jnp.int32)
-  neg_a = a < 0
-  a_lo = jnp.where(neg_a, jnp.uint32(0) - lo, lo)
-  a_hi = jnp.where(neg_a, -hi - (lo != 0).astype(jnp.int32), hi)
-  s_lo = a_lo + r.astype(jnp.uint32)
-  s_hi = a_hi + (r >> 31) + (s_lo < a_lo).astype(jnp.int32)
-  # The exact m = s_hi 2^32 + s_lo, turned into a float by sign and magnitude.
-  neg = s_hi < 0
-  m_lo = jnp.where(neg, jnp.uint32(0) - s_lo, s_lo)
-  m_hi = jnp.where(neg, -s_hi - (s_lo != 0).astype(jnp.int32), s_hi)
-  mag_m = m_hi.astype(jnp.float32) * jnp.float32(2.0**32) + m_lo.astype(jnp.float32)
-  return (jnp.where(neg, -mag_m, mag_m) * up).astype(out_dtype)
+    return ((a + r.astype(jnp.float64)) * up).astype(out_dtype)  # exact below 2^53
+  return (_exact_sum_f32(a, r) * up).astype(out_dtype)
+
+
+def _exact_sum_f32(a: jax.Array, r: jax.Array) -> jax.Array:
+  """A float32 function of the exact integer ``a + r`` alone (``|a| <= 2^52`` integral, ``|r| < 2^30``)."""
+  split = jnp.float32(_SPLIT)
+  a_hi = jax.lax.optimization_barrier(a + split) - split  # the barrier keeps (a + C) - C
+  t = (a - a_hi).astype(jnp.int32) + r  # exact: |a - a_hi| <= 2^30, |r| < 2^30
+  # m = a_hi + t = A + t_lo with A in 2^31 Z, t_lo in [-2^30, 2^30): the unique
+  # centred decomposition of m; k = floor((t + 2^30) / 2^31), without overflow.
+  k = ((t >> 1) + jnp.int32(2**29)) >> 30
+  t_lo = (t - (k << 30)) - (k << 30)
+  return (a_hi + k.astype(jnp.float32) * jnp.float32(2.0**31)) + t_lo.astype(jnp.float32)
 
 
 # ----------------------------------------------------------------------------

@@ -174,7 +174,7 @@ def _reference_release(key, v, p):
   """numpy int64 reference of the release: exact m = round(v / gamma) + R."""
   gamma = 2.0**p.exponent
   r = np.asarray(noise.integer_noise(key, v.shape, p.l1, p.l2), np.int64)
-  a = np.round(np.clip(np.asarray(v, np.float64) / gamma, -(2.0**62), 2.0**62)).astype(np.int64)
+  a = np.round(np.clip(np.asarray(v, np.float64) / gamma, -noise._CLAMP, noise._CLAMP)).astype(np.int64)
   return (a + r).astype(np.float64) * gamma
 
 
@@ -385,3 +385,24 @@ def test_host_and_graph_plans_agree():
       continue
     e, l1, l2, ok = graph(jnp.float32(sigma), jnp.float32(sens), k)
     assert bool(ok) and (int(e), int(l1), int(l2)) == (p.exponent, p.l1, p.l2), (sigma, sens, k)
+
+
+def test_float32_output_is_a_function_of_the_exact_sum_only():
+  """Pairs (a, r) with the same a + r give the same float32 output, across the 2^31 splits."""
+  rng = np.random.default_rng(9)
+  r_max = noise.MAX_MULTIPLIER * (noise.MAX_MULTIPLIER + 1) * M + M
+  assert r_max < 2**30
+  base = np.concatenate([rng.integers(-2**52, 2**52, 2000), rng.integers(-2**33, 2**33, 2000),
+                         np.array([0, 2**31, -2**31, 2**30, -2**30, 3 * 2**31 - 1])])
+  a = np.asarray(base, np.float32).astype(np.int64)  # representable float32 integers
+  r1 = rng.integers(-r_max, r_max, a.size)
+  shift = rng.integers(-r_max, r_max, a.size)
+  a2 = np.asarray(a + shift, np.float32).astype(np.int64)  # another a ...
+  r2 = a + r1 - a2  # ... with the same sum
+  ok = np.abs(r2) < r_max
+  f = jax.jit(noise._exact_sum_f32)
+  out1 = np.asarray(f(jnp.asarray(a, jnp.float32), jnp.asarray(r1, jnp.int32)))
+  out2 = np.asarray(f(jnp.asarray(a2[ok], jnp.float32), jnp.asarray(r2[ok], jnp.int32)))
+  np.testing.assert_array_equal(out1[ok], out2)
+  m = (a + r1).astype(np.float64)
+  np.testing.assert_allclose(out1, m, rtol=2.0**-23, atol=0)
