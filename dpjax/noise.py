@@ -450,7 +450,10 @@ def _pow2(e: Any, dtype: Any) -> Any:
   return jax.lax.bitcast_convert_type(bits, jnp.float32)
 
 
-_CLAMP = 2.0**52  # |v / gamma| is clipped here (public, 1-Lipschitz): ~5e7 noise stds at least.
+# |v / gamma| is clipped here (public, 1-Lipschitz): at least ~5e7 noise stds in float32
+# (the exact split needs |a| < 2^53), ~5e10 in float64.
+_CLAMP = 2.0**52
+_CLAMP64 = 2.0**62
 _SPLIT = 1.5 * 2.0**54  # fl(a + _SPLIT) - _SPLIT rounds a to a multiple of 2^31 (|a| < 2^53).
 
 
@@ -469,12 +472,13 @@ def _release_leaf(key, v, e, l1, l2):
   wide = out_dtype == jnp.float64
   work = jnp.float64 if wide else jnp.float32
   x = v.astype(work) * _pow2(-e, work)  # exact: a power-of-two scaling
-  x = jnp.where(jnp.isnan(x), 0.0, jnp.clip(x, -_CLAMP, _CLAMP))
+  clamp = _CLAMP64 if wide else _CLAMP
+  x = jnp.where(jnp.isnan(x), 0.0, jnp.clip(x, -clamp, clamp))
   a = jnp.round(x)
   r = integer_noise(key, v.shape, l1, l2)
   up = _pow2(e, work)
-  if wide:
-    return ((a + r.astype(jnp.float64)) * up).astype(out_dtype)  # exact below 2^53
+  if wide:  # both exact; the sum is correctly rounded, a function of a + r alone
+    return ((a + r.astype(jnp.float64)) * up).astype(out_dtype)
   return (_exact_sum_f32(a, r) * up).astype(out_dtype)
 
 

@@ -174,7 +174,8 @@ def _reference_release(key, v, p):
   """numpy int64 reference of the release: exact m = round(v / gamma) + R."""
   gamma = 2.0**p.exponent
   r = np.asarray(noise.integer_noise(key, v.shape, p.l1, p.l2), np.int64)
-  a = np.round(np.clip(np.asarray(v, np.float64) / gamma, -noise._CLAMP, noise._CLAMP)).astype(np.int64)
+  clamp = noise._CLAMP64 if v.dtype == jnp.float64 else noise._CLAMP
+  a = np.round(np.clip(np.asarray(v, np.float64) / gamma, -clamp, clamp)).astype(np.int64)
   return (a + r).astype(np.float64) * gamma
 
 
