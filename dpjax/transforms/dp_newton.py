@@ -574,6 +574,8 @@ def dp_newton(
 
   floor = _FLOOR_FACTOR * lip
   noise_on = 0.0 if no_noise else 1.0
+  # The direction's std per unit of its sensitivity (spec 4.3): 1 / sqrt(2 rho_direction).
+  unit_direction_std = accounting.gaussian_sigma(1.0, budget.rho_direction)
   if not adaptive:
     fixed_sens = direction_sensitivity(
         fixed_lam, n=n, curvature_norm_bound=curvature_norm_bound, modification=modification,
@@ -634,12 +636,15 @@ def dp_newton(
     # 3. Noisy direction: sensitivity ||g~|| s(lam), budget rho_direction
     #    (s = L1 / (n lam^2) for general add; clip x 2 for replace-one).
     direction = spectral.modified_solve(h, g_noisy, lam, modification)
-    # Released per unit ||g~|| (public): direction / ||g~|| has sensitivity s(lam),
-    # and scaling the release back by ||g~|| is post-processing.
+    # Released in units of ||g~|| s(lam) (both public: g~ and lam were released):
+    # direction / (||g~|| s(lam)) has sensitivity 1 and std 1 / sqrt(2 rho_direction),
+    # a plan fixed on the host even when lam is traced; scaling back is post-processing.
+    scale = jnp.linalg.norm(g_noisy) * jnp.asarray(sens, dt)
+    safe = jnp.where(scale > 0, scale, 1.0)
+    noisy_direction = scale * noise.add_gaussian(
+        k_dir, direction / safe, sensitivity=1.0, noise_std=noise_on * unit_direction_std,
+        exact=exact)
     g_norm = jnp.linalg.norm(g_noisy)
-    unit = jnp.where(g_norm > 0, g_norm, 1.0)
-    noisy_direction = g_norm * noise.add_gaussian(
-        k_dir, direction / unit, sensitivity=sens, noise_std=noise_on * unit_std, exact=exact)
     acc = accounting.charge(acc, budget.rho_direction, slack=slack * d)
 
     out = jnp.where(ok, -noisy_direction, jnp.zeros_like(g))
