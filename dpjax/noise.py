@@ -155,6 +155,7 @@ __all__ = [
     "Plan",
     "plan",
     "integer_noise",
+    "draw_atoms",
 ]
 
 TABLE_SIGMA = 682  # parameter s of the table's discrete Gaussian N_Z(0, s^2).
@@ -431,9 +432,29 @@ def integer_noise(key: jax.Array, shape: tuple[int, ...], l1: Any, l2: Any) -> j
     (dtype('int32'), (4,))
   """
   size = int(np.prod(shape, dtype=np.int64))
+  return _combine(draw_atoms(key, size).reshape((3,) + tuple(shape)), l1, l2)
+
+
+def draw_atoms(key: jax.Array, size: int) -> jax.Array:
+  """``(3, size)`` int32: the three table draws ``C, F1, F2`` of ``size`` released coordinates.
+
+  They do not depend on the plan, so a transform that makes several releases
+  in one step may draw the atoms of all of them at once (one sampler in the
+  program instead of several) and pass each release its slice
+  (``add_gaussian(..., atoms=...)``). Every slice must be used once.
+
+  Examples:
+    >>> import jax
+    >>> from dpjax import noise
+    >>> noise.draw_atoms(jax.random.key(0), 5).shape
+    (3, 5)
+  """
   # Drawn flat and reshaped: the same words, and XLA compiles this form faster.
-  bits = jax.random.bits(key, (_NUM_WORDS * size,), jnp.uint32)
-  atoms = _draws(bits.reshape((_NUM_WORDS,) + tuple(shape)))
+  bits = jax.random.bits(key, (_NUM_WORDS * int(size),), jnp.uint32)
+  return _draws(bits.reshape((_NUM_WORDS, int(size))))
+
+
+def _combine(atoms: jax.Array, l1: Any, l2: Any) -> jax.Array:
   l1 = jnp.asarray(l1, jnp.int32)
   l2 = jnp.asarray(l2, jnp.int32)
   return l2 * (l1 * atoms[0] + atoms[1]) + atoms[2]
@@ -457,7 +478,7 @@ _CLAMP64 = 2.0**62
 _SPLIT = 1.5 * 2.0**54  # fl(a + _SPLIT) - _SPLIT rounds a to a multiple of 2^31 (|a| < 2^53).
 
 
-def _release_leaf(key, v, e, l1, l2):
+def _release_leaf(key, v, e, l1, l2, atoms=None):
   """``gamma * (round(v / gamma) + R)`` with the integer sum exact; in ``v``'s dtype.
 
   float32: ``a = a_hi + a_lo`` exactly, ``a_hi`` a multiple of ``2^31`` (the
@@ -475,7 +496,10 @@ def _release_leaf(key, v, e, l1, l2):
   clamp = _CLAMP64 if wide else _CLAMP
   x = jnp.where(jnp.isnan(x), 0.0, jnp.clip(x, -clamp, clamp))
   a = jnp.round(x)
-  r = integer_noise(key, v.shape, l1, l2)
+  if atoms is None:
+    r = integer_noise(key, v.shape, l1, l2)
+  else:
+    r = _combine(atoms.reshape((3,) + v.shape), l1, l2)
   up = _pow2(e, work)
   if wide:  # both exact; the sum is correctly rounded, a function of a + r alone
     return ((a + r.astype(jnp.float64)) * up).astype(out_dtype)
@@ -559,6 +583,7 @@ def add_gaussian(
     sensitivity: jax.typing.ArrayLike,
     noise_std: jax.typing.ArrayLike,
     exact: bool = True,
+    atoms: jax.Array | None = None,
 ) -> Any:
   """Releases ``value + N(0, noise_std^2 I)``, floating-point safe (module docstring).
 
@@ -580,6 +605,8 @@ def add_gaussian(
       ``value`` unchanged (the non-private test path of the transforms).
     exact: ``False`` adds ``noise_std * jax.random.normal`` in the value's dtype:
       NOT private in floating point (a benchmark baseline only).
+    atoms: pre-drawn ``(3, K)`` table draws (:func:`draw_atoms`) for the ``K``
+      coordinates of ``value``, used instead of drawing from ``key``.
 
   Returns:
     The released pytree, same structure, shapes and dtypes as ``value``.
@@ -605,7 +632,16 @@ def add_gaussian(
     raise ValueError(f"noise_std must be a finite number >= 0, got {sigma_h!r}.")
   if sigma_h == 0.0:
     return value
-  keys = [key] if len(leaves) == 1 else list(jax.random.split(key, len(leaves)))
+  if atoms is not None and exact:
+    if np.shape(atoms) != (3, size):
+      raise ValueError(f"atoms must have shape (3, {size}) for a value of {size} coordinates, "
+                       f"got {np.shape(atoms)}.")
+    bounds = np.cumsum([0] + [int(np.prod(np.shape(x))) for x in leaves])
+    parts = [atoms[:, int(lo):int(hi)] for lo, hi in zip(bounds[:-1], bounds[1:])]
+    keys = [None] * len(leaves)
+  else:
+    parts = [None] * len(leaves)
+    keys = [key] if len(leaves) == 1 else list(jax.random.split(key, len(leaves)))
   scale = _AUDIT_SCALE[0]
   if not exact:
     out = [x + (jnp.asarray(noise_std, x.dtype) * scale) * jax.random.normal(k, x.shape, x.dtype)
@@ -613,13 +649,13 @@ def add_gaussian(
     return jax.tree_util.tree_unflatten(treedef, out)
   if sens_h is not None and sigma_h is not None:
     p = plan(sigma_h * scale, sens_h, size)
-    out = [_release_leaf(k, x, p.exponent, p.l1, p.l2) for k, x in zip(keys, leaves)]
+    out = [_release_leaf(k, x, p.exponent, p.l1, p.l2, a) for k, x, a in zip(keys, leaves, parts)]
     return jax.tree_util.tree_unflatten(treedef, out)
   e, l1, l2, feasible = _plan_in_graph(jnp.asarray(noise_std) * scale, sensitivity, size)
   positive = jnp.asarray(noise_std) > 0
   out = []
-  for k, x in zip(keys, leaves):
-    rel = _release_leaf(k, x, e, l1, l2)
+  for k, x, a in zip(keys, leaves, parts):
+    rel = _release_leaf(k, x, e, l1, l2, a)
     rel = jnp.where(feasible, rel, jnp.asarray(jnp.nan, x.dtype))
     out.append(jnp.where(positive, rel, x))
   return jax.tree_util.tree_unflatten(treedef, out)

@@ -609,17 +609,22 @@ def dp_newton(
     dt = g.dtype
     new_key, k_grad, k_trace, k_dir = jax.random.split(state.key, 4)
     acc = state.accountant
+    # The exact noise of the step's three releases (gradient, trace, direction),
+    # drawn at once: one sampler in the program.
+    atoms = noise.draw_atoms(k_grad, 2 * d + 1) if exact else None
+    pick = (lambda lo, hi: None) if atoms is None else (lambda lo, hi: atoms[:, lo:hi])
 
     # 1. Noisy gradient: sensitivity f_g L0/n, budget rho_grad.
     g_noisy = noise.add_gaussian(k_grad, g, sensitivity=sens_grad,
-                                 noise_std=noise_on * sigma_grad, exact=exact)
+                                 noise_std=noise_on * sigma_grad, exact=exact, atoms=pick(0, d))
     acc = accounting.charge(acc, budget.rho_grad, slack=slack * d)
 
     # 2. Minimum eigenvalue: fixed, or from the noisy trace (sensitivity L1/n;
     #    sqrt(d) L1/n or d L1/n for general, trace_sensitivity).
     if adaptive:
       trace = noise.add_gaussian(k_trace, jnp.trace(h), sensitivity=sens_trace(d),
-                                 noise_std=noise_on * sigma_trace(d), exact=exact)
+                                 noise_std=noise_on * sigma_trace(d), exact=exact,
+                                 atoms=pick(d, d + 1))
       acc = accounting.charge(acc, budget.rho_trace, slack=slack)
       lam = adaptive_min_eigenvalue(
           trace, n=n, rho_direction=budget.rho_direction, trace_coeff=trace_coeff, floor=floor
@@ -643,7 +648,7 @@ def dp_newton(
     safe = jnp.where(scale > 0, scale, 1.0)
     noisy_direction = scale * noise.add_gaussian(
         k_dir, direction / safe, sensitivity=1.0, noise_std=noise_on * unit_direction_std,
-        exact=exact)
+        exact=exact, atoms=pick(d + 1, 2 * d + 1))
     g_norm = jnp.linalg.norm(g_noisy)
     acc = accounting.charge(acc, budget.rho_direction, slack=slack * d)
 
