@@ -355,18 +355,38 @@ def compile_fn(fn: Callable, *args) -> tuple[Callable, float]:
 
 
 def time_interleaved(
-    fns: Sequence[Callable], args: Sequence[tuple], reps: int, warmup: int = 2
+    fns: Sequence[Callable], args: Sequence[tuple], reps: int, warmup: int = 2,
+    alternate: bool = False,
 ) -> list[dict[str, float]]:
-  """Times compiled ``fns[k](*args[k])`` round-robin; returns ms stats each."""
+  """Times compiled ``fns[k](*args[k])`` round-robin; returns ms stats each.
+
+  Each entry is ``{median_ms, min_ms, reps, times_ms}``; ``times_ms[i]`` is
+  round ``i``, so two programs' times can be compared pairwise
+  (:func:`paired_ratio`). ``alternate=True`` runs every other round in reverse
+  order, so that of two programs adjacent in ``fns`` each runs first (right
+  after whatever ran before the pair) in half the rounds.
+  """
   for _ in range(warmup):
     for fn, a in zip(fns, args):
       jax.block_until_ready(fn(*a))
   times = [[] for _ in fns]
-  for _ in range(reps):
-    for k, (fn, a) in enumerate(zip(fns, args)):
+  for r in range(reps):
+    order = range(len(fns) - 1, -1, -1) if alternate and r % 2 else range(len(fns))
+    for k in order:
       t0 = time.perf_counter()
-      jax.block_until_ready(fn(*a))
+      jax.block_until_ready(fns[k](*args[k]))
       times[k].append((time.perf_counter() - t0) * 1e3)
   return [
-      {"median_ms": statistics.median(t), "min_ms": min(t), "reps": len(t)} for t in times
+      {"median_ms": statistics.median(t), "min_ms": min(t), "reps": len(t), "times_ms": t}
+      for t in times
   ]
+
+
+def paired_ratio(a: dict[str, Any], b: dict[str, Any]) -> float:
+  """Median over rounds of ``a``'s time over ``b``'s in the same round.
+
+  For two programs of one :func:`time_interleaved` call (best adjacent in its
+  list): the machine's slow drifts hit both sides of each pair, so the median
+  of the pairs is steadier than the ratio of the two medians.
+  """
+  return statistics.median(x / y for x, y in zip(a["times_ms"], b["times_ms"]))

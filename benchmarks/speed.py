@@ -60,8 +60,12 @@ top-level keys (plus ``schema``, added by :func:`_harness.write_results`):
   ``elapsed_s``: wall time of the whole script.
 * ``per_iteration``: rows ``{dataset, n, d, algorithm, family, ms_median,
   ms_min, reps, baseline, baseline_ms, baseline_ms_min, ratio, target, met,
-  compile_s, baseline_compile_s}``; ``ratio = ms_median / baseline_ms`` (both
-  medians), ``met = ratio <= target``.
+  compile_s, baseline_compile_s, float_ms, float_ms_min, float_compile_s,
+  exact_over_float, compile_exact_over_float}``; ``ratio = ms_median /
+  baseline_ms`` (both medians), ``met = ratio <= target``; ``float_*`` time
+  the step's ``unsafe_float_noise=True`` twin, ``exact_over_float`` is the
+  median over rounds of the paired ratio (:func:`_harness.paired_ratio`),
+  ``compile_exact_over_float`` the ratio of the least compile times.
 * ``scaling``: rows ``{axis ("n" or "d"), n, d, algorithm, ms_median, ms_min,
   reps, baseline, baseline_ms, baseline_ms_min, ratio, compile_s}``.
 * ``repeats``: rows ``{dataset, n, d, algorithm, steps, repeats, one_ms,
@@ -146,7 +150,7 @@ _RHO = 0.1
 _BUDGET_S = {"per_iteration": 8.0, "scaling": 2.5, "repeats": 8.0}
 _QUICK_BUDGET_S = {"per_iteration": 0.6, "scaling": 0.3, "repeats": 0.5}
 _MIN_REPS = 3
-_COMPILES = 3  # compile times: the least of this many fresh compilations (1 with --quick).
+_COMPILES = 5  # compile times: the least of this many fresh compilations (1 with --quick).
 _COMPILE_REPS = [_COMPILES]
 
 
@@ -272,7 +276,7 @@ def _baseline(family: str, w: jax.Array, x: jax.Array, y: jax.Array) -> tuple[Ca
 
 def _time(fns: Sequence[Callable], args: Sequence[tuple], max_reps: int,
           budget_s: float) -> list[dict[str, float]]:
-  """Interleaved timing, reps sized so that they take about ``budget_s``.
+  """Interleaved timing (every other round reversed), reps sized to take about ``budget_s``.
 
   One untimed round runs first (warm-up and cost estimate); rounds that take
   under half a second get a second warm-up round. Reps are then clamped to
@@ -283,7 +287,8 @@ def _time(fns: Sequence[Callable], args: Sequence[tuple], max_reps: int,
     jax.block_until_ready(fn(*a))
   round_s = max(time.perf_counter() - t0, 1e-9)
   reps = max(_MIN_REPS, min(max_reps, int(budget_s / round_s)))
-  return _harness.time_interleaved(fns, args, reps=reps, warmup=1 if round_s < 0.5 else 0)
+  return _harness.time_interleaved(fns, args, reps=reps, warmup=1 if round_s < 0.5 else 0,
+                                   alternate=True)
 
 
 # Compiled programs by shape, so that a shape timed twice (with --quick, the
@@ -333,13 +338,14 @@ def per_iteration(label: str, ds: data_lib.Dataset, max_reps: int, budget_s: flo
   x, y = jax.device_put(ds.x), jax.device_put(ds.y)
   n, d = x.shape
   families = list(dict.fromkeys(_harness.algorithm_family(a) for a in algorithms))
-  floats = [f"{a} (float noise)" for a in algorithms]
-  names = [*families, *algorithms, *floats]
+  # Each step next to its float-noise twin, so that their paired ratio
+  # compares adjacent runs.
+  names = [*families]
   programs = [_compiled_baseline(f, x, y) for f in families]
-  programs += [
-      _compiled_step(a, x, y, steps[_harness.algorithm_family(a)]) for a in algorithms]
-  programs += [_compiled_step(a, x, y, steps[_harness.algorithm_family(a)], float_noise=True)
-               for a in algorithms]
+  for a in algorithms:
+    t = steps[_harness.algorithm_family(a)]
+    names += [a, f"{a} (float noise)"]
+    programs += [_compiled_step(a, x, y, t), _compiled_step(a, x, y, t, float_noise=True)]
   stats = dict(zip(names, _time([p[0] for p in programs], [p[2] for p in programs],
                                 max_reps, budget_s)))
   compile_s = dict(zip(names, [p[1] for p in programs]))
@@ -358,7 +364,7 @@ def per_iteration(label: str, ds: data_lib.Dataset, max_reps: int, budget_s: flo
         "float_ms": stats[f"{algorithm} (float noise)"]["median_ms"],
         "float_ms_min": stats[f"{algorithm} (float noise)"]["min_ms"],
         "float_compile_s": compile_s[f"{algorithm} (float noise)"],
-        "exact_over_float": s["median_ms"] / stats[f"{algorithm} (float noise)"]["median_ms"],
+        "exact_over_float": _harness.paired_ratio(s, stats[f"{algorithm} (float noise)"]),
         "compile_exact_over_float":
             compile_s[algorithm] / compile_s[f"{algorithm} (float noise)"],
     })
@@ -672,7 +678,9 @@ def to_markdown(info: dict[str, Any], payload: dict[str, Any]) -> str:
       "",
       "Each step of sections 1 and 2 was timed in the same round-robin as its twin built with "
       "`unsafe_float_noise=True` (`jax.random.normal` noise, NOT private: the pre-exact code "
-      "path). Compile time: the least of "
+      "path), the two adjacent in each round and every other round reversed (so each runs "
+      "first in half the rounds). Iteration ratio: the median over rounds of "
+      "exact / float in the same round (medians (min) of each in ms). Compile time: the least of "
       f"{_COMPILE_REPS[0]} fresh compilation(s) of each. Targets: iteration <= 1.1x, "
       "compile <= 1.1x.",
       "",
