@@ -56,14 +56,15 @@ def _one_newton_release_scaled(which: str, factor: float, *, adaptive: bool):
   order = ("gradient", "trace", "direction") if adaptive else ("gradient", "direction")
   calls = [0]
 
-  def add_gaussian(key, value, *, sensitivity, noise_std, exact=True):
+  def add_gaussian(key, value, *, sensitivity, noise_std, exact=True, atoms=None):
     hit = order[calls[0] % len(order)] == which
     calls[0] += 1
     return noise.add_gaussian(key, value, sensitivity=sensitivity,
-                              noise_std=noise_std * factor if hit else noise_std, exact=exact)
+                              noise_std=noise_std * factor if hit else noise_std, exact=exact,
+                              atoms=atoms)
 
   shim = types.SimpleNamespace(add_gaussian=add_gaussian, tv_per_coordinate=noise.tv_per_coordinate,
-                               tv_slack=noise.tv_slack)
+                               tv_slack=noise.tv_slack, draw_atoms=noise.draw_atoms)
   original = module.noise
   jax.clear_caches()
   module.noise = shim
