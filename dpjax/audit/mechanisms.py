@@ -326,6 +326,16 @@ def _gd_public(count: int) -> list:
   return [((0.0, 0.5 + 0.2 * (i % 3)), 1.0 if i % 2 == 0 else -1.0) for i in range(count)]
 
 
+def _label_flip_pair(n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(x, y, y')``: ``n - k`` public rows and ``k`` canaries ``e_1`` whose label flips ``-1 -> +1``."""
+  public = _gd_public(n - k)
+  x = np.asarray([r[0] for r in public] + [(1.0, 0.0)] * k, np.float64)
+  y = np.asarray([r[1] for r in public] + [-1.0] * k, np.float64)
+  y_prime = y.copy()
+  y_prime[n - k:] = 1.0
+  return x, y, y_prime
+
+
 def _opposite_gradient_rows():
   """A replace-one pair of rows with nearly opposite gradients at ``w = R e_2``.
 
@@ -674,12 +684,7 @@ def _estimator(*, doubled: bool = False) -> _Spec:
   """
   from dpjax import sklearn as dp_sklearn  # pylint: disable=import-outside-toplevel
   n = _ESTIMATOR_N
-  k = 2 if doubled else 1
-  public = _gd_public(n - k)
-  x = np.asarray([r[0] for r in public] + [(1.0, 0.0)] * k, np.float64)
-  y = np.asarray([r[1] for r in public] + [-1.0] * k, np.float64)
-  y_prime = y.copy()
-  y_prime[n - k:] = 1.0
+  x, y, y_prime = _label_flip_pair(n, 2 if doubled else 1)
   epsilon = accounting.zcdp_to_epsilon(RHO, CONTRACT_DELTA, "gaussian")
   # The audit's fits compose (each is one more release of the same rows): charge them to
   # an accountant of their own, without a limit, rather than to the process default.
@@ -860,14 +865,8 @@ def _aop(*, epsilon: float, gamma: float, doubled: bool = False) -> _Spec:
   epsilon on the Jacobian and output terms; with half or a third of the noise
   it is still (epsilon, 1e-5)-DP here, so no audit could flag those twins.
   """
-  n, d = 10, 2
-  k = 2 if doubled else 1
-  public = _gd_public(n - k)
-  x = np.asarray([r[0] for r in public] + [(1.0, 0.0)] * k, np.float64)
-  y = np.asarray([r[1] for r in public] + [-1.0] * k, np.float64)
-  y_prime = y.copy()
-  y_prime[n - k:] = 1.0
-  del d
+  n = 10
+  x, y, y_prime = _label_flip_pair(n, 2 if doubled else 1)
 
   def run(seed, data):
     features, labels = data
