@@ -312,7 +312,7 @@ def _plan_core(xp: Any, sigma: Any, delta: Any, size: int):
   One algorithm serves concrete budgets (numpy, on the host) and traced ones
   (in the graph), so that a release does not depend on whether its budget was
   traced: every step is a correctly rounded float32 operation, in the same
-  order, and the exponent comes from ``frexp`` (exact), not ``log2``.
+  order, and the exponent comes from the bits of a float32 (exact), not ``log2``.
   Privacy needs only that the chosen ``(e, L1, L2)`` give ``s_c >= sigma /
   2^e + sqrt(size) sigma / delta`` in exact arithmetic; the relative margin
   ``2^-14`` on ``s^2`` covers every float32 rounding here (each ``<= 2^-24``).
@@ -324,8 +324,7 @@ def _plan_core(xp: Any, sigma: Any, delta: Any, size: int):
   c = f32(math.sqrt(size)) * sigma / delta
   feasible = (c < f32(0.5) * s_max) & (sigma > f32(0)) & (sigma < f32(np.inf))
   room = xp.where(feasible, s_max - c, s_max)
-  mant, ex = xp.frexp(xp.where(feasible, sigma, f32(1)) / room)
-  e = xp.where(mant > f32(0.5), ex, ex - 1).astype(np.int32)  # ceil(log2(sigma / room)), exact
+  e = _ceil_log2_xp(xp, xp.where(feasible, sigma, f32(1)) / room)
   e = xp.clip(e, -117, 117)
   e = xp.where(sigma * _pow2_xp(xp, -e) + c > s_max, e + 1, e)
   e = xp.where(sigma * _pow2_xp(xp, 1 - e) + c <= s_max, e - 1, e)
@@ -339,6 +338,22 @@ def _plan_core(xp: Any, sigma: Any, delta: Any, size: int):
   p = xp.where(l2 <= f32(MAX_MULTIPLIER), l2 * l2 * base, f32(np.inf))
   i = xp.argmin(p)
   return e, l1[i].astype(np.int32), l2[i].astype(np.int32), feasible
+
+
+def _ceil_log2_xp(xp: Any, x: Any) -> Any:
+  """``ceil(log2(x))`` as int32, exactly, for a positive normal float32 ``x`` (numpy or jax).
+
+  From the bits: the unbiased exponent, plus one unless the fraction is zero
+  (``x`` a power of two). A subnormal ``x`` gives ``-127`` or ``-126``,
+  which the caller clips to ``-117`` like any ``x < 2^-117``.
+  """
+  if xp is np:
+    bits = np.asarray(x, np.float32).view(np.int32)
+  else:
+    bits = jax.lax.bitcast_convert_type(jnp.asarray(x, jnp.float32), jnp.int32)
+  biased = (bits >> np.int32(23)) & np.int32(0xFF)
+  inexact = (bits & np.int32(0x7FFFFF)) != 0
+  return (biased - np.int32(127) + inexact.astype(np.int32)).astype(np.int32)
 
 
 def _pow2_xp(xp: Any, e: Any) -> Any:

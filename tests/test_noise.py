@@ -407,3 +407,19 @@ def test_float32_output_is_a_function_of_the_exact_sum_only():
   np.testing.assert_array_equal(out1[ok], out2)
   m = (a + r1).astype(np.float64)
   np.testing.assert_allclose(out1, m, rtol=2.0**-23, atol=0)
+
+
+def test_ceil_log2_from_the_bits_matches_frexp():
+  """The plan's exponent: ``ceil(log2 x)`` from the float32 bits, host and graph, equals frexp's (after the clip)."""
+  rng = np.random.default_rng(0)
+  powers = (2.0 ** np.arange(-126, 127)).astype(np.float32)
+  x = np.concatenate([
+      rng.uniform(0, 1, 20_000).astype(np.float32) * powers[rng.integers(0, len(powers), 20_000)],
+      powers, np.nextafter(powers, np.float32(np.inf)), np.nextafter(powers, np.float32(0)),
+      np.asarray([np.finfo(np.float32).smallest_subnormal], np.float32)]).astype(np.float32)
+  x = x[(x > 0) & np.isfinite(x)]
+  mant, ex = np.frexp(x)
+  want = np.clip(np.where(mant > 0.5, ex, ex - 1), -117, 117)
+  assert np.array_equal(np.clip(noise._ceil_log2_xp(np, x), -117, 117), want)
+  got = jax.jit(lambda v: noise._ceil_log2_xp(jnp, v))(jnp.asarray(x))
+  assert np.array_equal(np.clip(np.asarray(got), -117, 117), want)
