@@ -61,13 +61,19 @@ top-level keys (plus ``schema``, added by :func:`_harness.write_results`):
 * ``per_iteration``: rows ``{dataset, n, d, algorithm, family, ms_median,
   ms_min, reps, baseline, baseline_ms, baseline_ms_min, ratio, target, met,
   compile_s, baseline_compile_s, float_ms, float_ms_min, float_compile_s,
-  exact_over_float, compile_exact_over_float}``; ``ratio = ms_median /
-  baseline_ms`` (both medians), ``met = ratio <= target``; ``float_*`` time
-  the step's ``unsafe_float_noise=True`` twin, ``exact_over_float`` is the
-  median over rounds of the paired ratio (:func:`_harness.paired_ratio`),
-  ``compile_exact_over_float`` the ratio of the least compile times.
+  exact_ms, exact_ms_min, twin_reps, exact_over_float, compile_exact_over_float,
+  fit_compile_s, float_fit_compile_s, fit_compile_exact_over_float}``; ``ratio =
+  ms_median / baseline_ms`` (both medians), ``met = ratio <= target``;
+  ``exact_*``/``float_*`` time the step and its ``unsafe_float_noise=True``
+  twin in a round-robin of the two alone (``twin_reps`` rounds),
+  ``exact_over_float`` is the median over rounds of the paired ratio
+  (:func:`_harness.paired_ratio`), ``compile_exact_over_float`` the ratio of
+  the steps' least compile times and ``fit_compile_*`` those of the whole fit
+  programs.
 * ``scaling``: rows ``{axis ("n" or "d"), n, d, algorithm, ms_median, ms_min,
-  reps, baseline, baseline_ms, baseline_ms_min, ratio, compile_s}``.
+  reps, baseline, baseline_ms, baseline_ms_min, ratio, compile_s, exact_ms,
+  exact_ms_min, float_ms, float_ms_min, twin_reps, float_compile_s,
+  exact_over_float, compile_exact_over_float}`` (the twin fields as above).
 * ``repeats``: rows ``{dataset, n, d, algorithm, steps, repeats, one_ms,
   one_ms_min, many_ms, many_ms_min, ratio, reps, target, met, compile_one_s,
   compile_many_s}``; ``ratio = many_ms / one_ms`` (medians); ``target`` and
@@ -152,6 +158,8 @@ _QUICK_BUDGET_S = {"per_iteration": 0.6, "scaling": 0.3, "repeats": 0.5}
 _MIN_REPS = 3
 _COMPILES = 5  # compile times: the least of this many fresh compilations (1 with --quick).
 _COMPILE_REPS = [_COMPILES]
+# The exact-vs-float twin timing gets this share of a comparison's time budget.
+_TWIN_SHARE = 0.5
 
 
 # ----------------------------------------------------------------------------
@@ -229,12 +237,13 @@ def _iterate(d: int, dtype: Any = jnp.float32) -> jax.Array:
   return w / jnp.linalg.norm(w)
 
 
-def make_fit_program(algorithm: str, n: int, d: int, steps: int) -> Callable:
+def make_fit_program(algorithm: str, n: int, d: int, steps: int,
+                     float_noise: bool = False) -> Callable:
   """``jit(vmap(one_repeat))`` over keys, as ``dpjax.fit`` compiles it (init zeros)."""
 
   def one_repeat(key: jax.Array, x: jax.Array, y: jax.Array) -> tuple[Any, ...]:
     _, tx_key = jax.random.split(key)
-    tx, curvature = _transform(algorithm, n, steps, key=tx_key)
+    tx, curvature = _transform(algorithm, n, steps, key=tx_key, float_noise=float_noise)
     w0 = jnp.zeros((d,), x.dtype)
     step = _step_body(tx, curvature, w0)
 
@@ -327,28 +336,45 @@ def _compiled_baseline(family: str, x: jax.Array, y: jax.Array) -> tuple[Callabl
   return (*_BASELINE_CACHE[key], args)
 
 
+def _fit_compile_s(algorithm: str, x: jax.Array, y: jax.Array, steps: int,
+                   float_noise: bool) -> float:
+  """Least of :data:`_COMPILE_REPS` fresh compilations of the whole fit program (one repeat)."""
+  n, d = x.shape
+  keys = jax.random.split(jax.random.key(0), 1)
+  return min(_harness.compile_fn(make_fit_program(algorithm, n, d, steps, float_noise),
+                                 keys, x, y)[1] for _ in range(_COMPILE_REPS[0]))
+
+
 def per_iteration(label: str, ds: data_lib.Dataset, max_reps: int, budget_s: float,
                   steps: dict[str, int],
-                  algorithms: Sequence[str] = _harness.ALGORITHMS) -> list[dict[str, Any]]:
+                  algorithms: Sequence[str] = _harness.ALGORITHMS,
+                  fit_compile: bool = False) -> list[dict[str, Any]]:
   """Per-iteration time of ``algorithms`` on ``ds``, interleaved with their baselines.
 
   Every algorithm and every baseline needed runs in one round-robin, so each
-  ratio compares programs timed under the same machine conditions.
+  ratio compares programs timed under the same machine conditions. Then each
+  step is timed against its float-noise twin in a round-robin of the two alone
+  (every other round reversed), so that no heavier program runs between them;
+  ``fit_compile`` also compiles both twins' whole fit programs.
   """
   x, y = jax.device_put(ds.x), jax.device_put(ds.y)
   n, d = x.shape
   families = list(dict.fromkeys(_harness.algorithm_family(a) for a in algorithms))
-  # Each step next to its float-noise twin, so that their paired ratio
-  # compares adjacent runs.
-  names = [*families]
+  names = [*families, *algorithms]
   programs = [_compiled_baseline(f, x, y) for f in families]
-  for a in algorithms:
-    t = steps[_harness.algorithm_family(a)]
-    names += [a, f"{a} (float noise)"]
-    programs += [_compiled_step(a, x, y, t), _compiled_step(a, x, y, t, float_noise=True)]
+  programs += [_compiled_step(a, x, y, steps[_harness.algorithm_family(a)]) for a in algorithms]
   stats = dict(zip(names, _time([p[0] for p in programs], [p[2] for p in programs],
                                 max_reps, budget_s)))
   compile_s = dict(zip(names, [p[1] for p in programs]))
+  twins = {}
+  for a, exact_p in zip(algorithms, programs[len(families):]):
+    t = steps[_harness.algorithm_family(a)]
+    float_p = _compiled_step(a, x, y, t, float_noise=True)
+    compile_s[f"{a} (float noise)"] = float_p[1]
+    twins[a] = _time([exact_p[0], float_p[0]], [exact_p[2], float_p[2]], max_reps,
+                     budget_s * _TWIN_SHARE)
+    if fit_compile:
+      twins[a] += [_fit_compile_s(a, x, y, t, False), _fit_compile_s(a, x, y, t, True)]
   rows = []
   for algorithm in algorithms:
     family = _harness.algorithm_family(algorithm)
@@ -361,12 +387,18 @@ def per_iteration(label: str, ds: data_lib.Dataset, max_reps: int, budget_s: flo
         "baseline_ms": b["median_ms"], "baseline_ms_min": b["min_ms"],
         "ratio": ratio, "target": TARGETS[family], "met": bool(ratio <= TARGETS[family]),
         "compile_s": compile_s[algorithm], "baseline_compile_s": compile_s[family],
-        "float_ms": stats[f"{algorithm} (float noise)"]["median_ms"],
-        "float_ms_min": stats[f"{algorithm} (float noise)"]["min_ms"],
+        "exact_ms": twins[algorithm][0]["median_ms"],
+        "exact_ms_min": twins[algorithm][0]["min_ms"],
+        "float_ms": twins[algorithm][1]["median_ms"],
+        "float_ms_min": twins[algorithm][1]["min_ms"],
+        "twin_reps": twins[algorithm][0]["reps"],
         "float_compile_s": compile_s[f"{algorithm} (float noise)"],
-        "exact_over_float": _harness.paired_ratio(s, stats[f"{algorithm} (float noise)"]),
+        "exact_over_float": _harness.paired_ratio(twins[algorithm][0], twins[algorithm][1]),
         "compile_exact_over_float":
             compile_s[algorithm] / compile_s[f"{algorithm} (float noise)"],
+        **({"fit_compile_s": twins[algorithm][2], "float_fit_compile_s": twins[algorithm][3],
+            "fit_compile_exact_over_float": twins[algorithm][2] / twins[algorithm][3]}
+           if fit_compile else {}),
     })
   return rows
 
@@ -388,8 +420,9 @@ def scaling_rows(n: int, d: int, axes: Sequence[str], max_reps: int, budget_s: f
   ds = data_lib.synthetic(0, n=n, d=d)
   rows = per_iteration(f"synthetic-{n}x{d}", ds, max_reps, budget_s, steps, algorithms)
   keep = ("n", "d", "algorithm", "ms_median", "ms_min", "reps", "baseline", "baseline_ms",
-          "baseline_ms_min", "ratio", "compile_s", "float_ms", "float_ms_min", "float_compile_s",
-          "exact_over_float", "compile_exact_over_float")
+          "baseline_ms_min", "ratio", "compile_s", "exact_ms", "exact_ms_min", "float_ms",
+          "float_ms_min", "twin_reps", "float_compile_s", "exact_over_float",
+          "compile_exact_over_float")
   return [{"axis": axis, **{k: r[k] for k in keep}} for axis in axes for r in rows]
 
 
@@ -676,17 +709,19 @@ def to_markdown(info: dict[str, Any], payload: dict[str, Any]) -> str:
       "",
       "## 5. Cost of floating-point-safe noise (exact sampler vs float noise)",
       "",
-      "Each step of sections 1 and 2 was timed in the same round-robin as its twin built with "
-      "`unsafe_float_noise=True` (`jax.random.normal` noise, NOT private: the pre-exact code "
-      "path), the two adjacent in each round and every other round reversed (so each runs "
-      "first in half the rounds). Iteration ratio: the median over rounds of "
-      "exact / float in the same round (medians (min) of each in ms). Compile time: the least of "
-      f"{_COMPILE_REPS[0]} fresh compilation(s) of each. Targets: iteration <= 1.1x, "
-      "compile <= 1.1x.",
+      "Each step of sections 1 and 2 (its exact timing above) was then timed against its twin "
+      "built with `unsafe_float_noise=True` (`jax.random.normal` noise, NOT private: the "
+      "pre-exact code path) in a round-robin of the two alone, every other round reversed (so "
+      "each runs first in half the rounds). Iteration ratio: the median over rounds of exact / "
+      "float in the same round (medians (min) of each in ms, over `reps` rounds). Compile: the "
+      f"least of {_COMPILE_REPS[0]} fresh compilation(s) of the step, and for section 1 of the "
+      "whole fit program (the `lax.scan` of T steps and the loss, one repeat: what `dpjax.fit` "
+      "compiles). Targets: iteration <= 1.1x, compile <= 1.1x.",
       "",
-      "| data | n | d | algorithm | exact (ms) | float (ms) | **iteration ratio** | "
-      "compile exact / float (s) | **compile ratio** |",
-      "|---|---|---|---|---|---|---|---|---|",
+      "| data | n | d | algorithm | exact (ms) | float (ms) | reps | **iteration ratio** | "
+      "step compile exact / float (s) | step compile ratio | fit compile exact / float (s) | "
+      "**fit compile ratio** |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|",
   ]
   seen = set()
   for r in [*payload["per_iteration"], *payload["scaling"]]:
@@ -694,12 +729,14 @@ def to_markdown(info: dict[str, Any], payload: dict[str, Any]) -> str:
     if (label, r["n"], r["d"], r["algorithm"]) in seen:
       continue
     seen.add((label, r["n"], r["d"], r["algorithm"]))
+    fit = (f"{r['fit_compile_s']:.2f} / {r['float_fit_compile_s']:.2f} | "
+           f"**{r['fit_compile_exact_over_float']:.3f}**" if "fit_compile_s" in r else "- | -")
     lines.append(
         f"| {label} | {r['n']:,} | {r['d']} | {r['algorithm']} | "
-        f"{r['ms_median']:.3f} ({r['ms_min']:.3f}) | {r['float_ms']:.3f} "
-        f"({r['float_ms_min']:.3f}) | **{r['exact_over_float']:.3f}** | "
+        f"{r['exact_ms']:.3f} ({r['exact_ms_min']:.3f}) | {r['float_ms']:.3f} "
+        f"({r['float_ms_min']:.3f}) | {r['twin_reps']} | **{r['exact_over_float']:.3f}** | "
         f"{r['compile_s']:.2f} / {r['float_compile_s']:.2f} | "
-        f"**{r['compile_exact_over_float']:.3f}** |")
+        f"{r['compile_exact_over_float']:.3f} | {fit} |")
   if payload["quick"]:
     lines += ["", "(--quick: XLA's temporaries are a few MiB that do not grow with n, so on the "
               "tiny quick data the ratios overstate what a fit of a real dataset needs.)"]
@@ -778,7 +815,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     algorithms = _harness.ALGORITHMS
     if quick:
       algorithms = QUICK_SCALING_ALGORITHMS if shape.is_file() else QUICK_ALGORITHMS
-    per_iter += per_iteration(label, ds, args.reps, budget["per_iteration"], steps, algorithms)
+    per_iter += per_iteration(label, ds, args.reps, budget["per_iteration"], steps, algorithms,
+                              fit_compile=True)
 
   scaling = []
   grid = {f"n={n:,} d={d}": (n, d, axes) for n, d, axes in scaling_grid(quick)}

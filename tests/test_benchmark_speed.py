@@ -19,12 +19,15 @@ _PER_ITERATION = {
     "baseline_ms_min": float, "ratio": float, "target": float, "met": bool,
     "compile_s": float, "baseline_compile_s": float, "float_ms": float, "float_ms_min": float,
     "float_compile_s": float, "exact_over_float": float, "compile_exact_over_float": float,
+    "exact_ms": float, "exact_ms_min": float, "twin_reps": int, "fit_compile_s": float,
+    "float_fit_compile_s": float, "fit_compile_exact_over_float": float,
 }
 _SCALING = {
     "axis": str, "n": int, "d": int, "algorithm": str, "ms_median": float, "ms_min": float,
     "reps": int, "baseline": str, "baseline_ms": float, "baseline_ms_min": float,
     "ratio": float, "compile_s": float, "float_ms": float, "float_ms_min": float,
     "float_compile_s": float, "exact_over_float": float, "compile_exact_over_float": float,
+    "exact_ms": float, "exact_ms_min": float, "twin_reps": int,
 }
 _REPEATS = {
     "dataset": str, "n": int, "d": int, "algorithm": str, "steps": int, "repeats": int,
@@ -101,6 +104,13 @@ def test_quick_outputs_and_schema(quick_run: tuple[pathlib.Path, dict[str, Any]]
     assert r["met"] == (r["ratio"] <= r["target"])
     assert r["family"] == speed._harness.algorithm_family(r["algorithm"])
     assert r["baseline"] == speed.BASELINE_NAMES[r["family"]]
+    _positive(r["exact_ms"], r["float_ms"], r["exact_over_float"], r["fit_compile_s"],
+              r["float_fit_compile_s"])
+    assert r["exact_ms_min"] <= r["exact_ms"] and r["float_ms_min"] <= r["float_ms"]
+    assert r["twin_reps"] >= 3
+    assert r["compile_exact_over_float"] == pytest.approx(r["compile_s"] / r["float_compile_s"])
+    assert r["fit_compile_exact_over_float"] == pytest.approx(
+        r["fit_compile_s"] / r["float_fit_compile_s"])
 
   assert {r["axis"] for r in payload["scaling"]} == {"n", "d"}
   assert {r["algorithm"] for r in payload["scaling"]} == set(speed.QUICK_SCALING_ALGORITHMS)
