@@ -250,6 +250,18 @@ def speed_section(sp: dict) -> list[str]:
       rss = r.get("rss_increase_ratio")
       lines.append(f"| {r['dataset']} | {r['algorithm']} | {r['xla_total_ratio']:.2f} | "
                    f"{'n/a' if rss is None else f'{rss:.2f}'} | {'yes' if r['met'] else 'no'} |")
+  rows = [*sp["per_iteration"], *sp.get("scaling", [])]
+  if rows and all("exact_over_float" in r for r in rows):
+    it = sorted(r["exact_over_float"] for r in rows)
+    fit = [r["fit_compile_exact_over_float"] for r in sp["per_iteration"]
+           if "fit_compile_exact_over_float" in r]
+    step = [r["compile_exact_over_float"] for r in rows]
+    lines += [
+        "", f"Floating-point-safe noise against the same steps with `unsafe_float_noise=True` "
+        f"(float noise, not private), {len(rows)} steps: iteration time × {it[len(it) // 2]:.2f} "
+        f"(median; {min(it):.2f}–{max(it):.2f}, {sum(v > 1.1 for v in it)} above 1.1)"
+        + (f", compile time of the whole fit × {min(fit):.2f}–{max(fit):.2f}" if fit else "")
+        + f", of the step alone × {min(step):.2f}–{max(step):.2f} (section 5 of speed.md)."]
   return lines
 
 
