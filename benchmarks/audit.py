@@ -82,9 +82,9 @@ def run(names, *, num_samples: int | None, host_samples: int | None, quick: bool
           setup = mechanisms.make_setup(name, twin=twin)
         except ValueError:
           continue
-        rows.append(_row(mechanisms.run_audit(setup, num_samples=samples), setup, samples))
+        rows.append(_row(mechanisms.run_audit(setup, num_samples=samples, seed=0), setup, samples))
       continue
-    results = mechanisms.audit(name, num_samples=samples)
+    results = mechanisms.audit(name, num_samples=samples, seed=0)
     for r in results:
       rows.append(_row(r, mechanisms.make_setup(name, twin=r.twin), samples))
   return rows

@@ -156,6 +156,7 @@ __all__ = [
     "plan",
     "integer_noise",
     "draw_atoms",
+    "random_direction",
 ]
 
 TABLE_SIGMA = 682  # parameter s of the table's discrete Gaussian N_Z(0, s^2).
@@ -743,7 +744,7 @@ def perturbation_vector(key: jax.Array, d: int, std: float) -> np.ndarray:
   never released; the mechanism's output is released through
   :func:`add_gaussian` (the output perturbation), so what leaves the
   mechanism is on a public grid. Drawn in float64 (53-bit mantissa) from the
-  key.
+  key; :func:`broken_noise_for_audit` scales it like every release.
 
   Examples:
     >>> import jax
@@ -753,5 +754,22 @@ def perturbation_vector(key: jax.Array, d: int, std: float) -> np.ndarray:
   """
   with jax.enable_x64(True):
     z = jax.random.normal(key, (int(d),), jnp.float64)
-    return float(std) * np.asarray(jax.device_get(z), np.float64)
+    return float(std) * _AUDIT_SCALE[0] * np.asarray(jax.device_get(z), np.float64)
+
+
+def random_direction(key: jax.Array, d: int, dtype: Any = jnp.float32) -> jax.Array:
+  """A uniform unit vector of ``R^d`` (a normalised ``N(0, I_d)`` draw): a random start.
+
+  Not a release: it reads no data, so it needs no exact sampler and costs
+  no budget; it is here so that every Gaussian draw of the library is in this
+  module.
+
+  Examples:
+    >>> import jax
+    >>> from dpjax import noise
+    >>> round(float(jax.numpy.linalg.norm(noise.random_direction(jax.random.key(0), 5))), 5)
+    1.0
+  """
+  g = jax.random.normal(key, (int(d),), dtype)
+  return g / jnp.linalg.norm(g)
 

@@ -1100,8 +1100,7 @@ def repeat_fn(algorithm: str, kwargs: dict, *, d: int, init: str = "zeros",
     if init == "zeros":
       w0 = jnp.zeros((d,), x.dtype)
     else:
-      g = jax.random.normal(init_key, (d,), x.dtype)
-      w0 = g / jnp.linalg.norm(g)
+      w0 = noise.random_direction(init_key, d, x.dtype)
     tx, curvature = make_transform(algorithm, key=tx_key, rho=rho, **kwargs)
     state = tx.init(w0)
 

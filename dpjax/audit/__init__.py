@@ -14,8 +14,7 @@ from dpjax.audit import bounds
 from dpjax.audit import mechanisms
 from dpjax.audit.bounds import EpsilonLowerBound, clopper_pearson, empirical_epsilon
 from dpjax.audit.mechanisms import (AuditResult, AuditSetup, audit, injected_noise, make_setup,
-                                   run_audit, scaled_noise)
+                                   run_audit)
 
 __all__ = ["AuditResult", "AuditSetup", "EpsilonLowerBound", "audit", "bounds", "clopper_pearson",
-           "empirical_epsilon", "injected_noise", "make_setup", "mechanisms", "run_audit",
-           "scaled_noise"]
+           "empirical_epsilon", "injected_noise", "make_setup", "mechanisms", "run_audit"]

@@ -72,7 +72,7 @@ covers the pair.
 * ``"noise/2"``: every release adds half the noise while the accountant
   charges the original budget (:func:`dpjax.noise.broken_noise_for_audit`,
   read at trace time; AOP's objective perturbation, the one Gaussian draw
-  that is not a release, gets the same factor through :func:`scaled_noise`);
+  that is not a release, gets the same factor there);
 * ``"2x-sensitivity"``: the canary's contribution to every released sum is
   doubled. ``D'`` holds two canary rows where ``D`` holds two null rows
   (the tree: a leaf input of 2; the estimator: two labels flipped;
@@ -117,7 +117,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import numbers
+import secrets
 import time
 from typing import Any, Callable, Iterator, NamedTuple
 
@@ -126,6 +126,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import baselines
@@ -139,8 +140,7 @@ from dpjax.transforms.dp_newton import direction_sensitivity, newton_budget
 
 __all__ = ["AUDIT_DELTA", "AuditResult", "AuditSetup", "BROKEN", "CONTROLS", "MECHANISMS",
            "NUM_SAMPLES", "TEST_SAMPLES", "TEST_SAMPLES_DEFAULT", "TWINS", "audit",
-           "check_injection", "injected_noise", "make_setup", "run_audit", "runs_on_host",
-           "scaled_noise"]
+           "check_injection", "injected_noise", "make_setup", "run_audit", "runs_on_host"]
 
 NUM_SAMPLES = 100_000  # runs on each of D and D' in benchmarks/audit.py.
 AUDIT_DELTA = 0.1  # the delta at which the zCDP/RDP claims are tested (module docstring).
@@ -167,7 +167,6 @@ class AuditSetup(NamedTuple):
   delta: float
   host: bool  # True: `sample` runs eagerly per integer seed (AOP, the estimator).
   noise_factor: float | None  # the "noise/2" (or "noise/10") twin's factor.
-  noise_paths: tuple[str, ...]  # where the mechanism draws its noise (NOISE_PATHS).
 
 
 class AuditResult(NamedTuple):
@@ -183,6 +182,7 @@ class AuditResult(NamedTuple):
   compile_seconds: float  # tracing and compilation (or the host warm-up), not in `seconds`.
   seconds: float  # the 2 num_samples runs and the bound.
   fingerprint: tuple[float, ...]  # the first statistics on D: shows an injected bug acted.
+  seed: int  # the seed of the runs' keys (drawn from OS entropy when none was given).
 
   @property
   def consistent(self) -> bool:
@@ -201,65 +201,22 @@ class AuditResult(NamedTuple):
 
 
 @contextlib.contextmanager
-def scaled_noise(factor: float) -> Iterator[None]:
-  """Scales every ``jax.random.normal`` draw by ``factor`` (a test-only bug injection).
+def injected_noise(factor: float | None) -> Iterator[None]:
+  """Every noise draw traced inside is ``factor`` times its size (``None``: nothing injected).
 
-  For the draws that do not go through a release of :mod:`dpjax.noise`
-  (AOP's objective perturbation, :func:`dpjax.noise.perturbation_vector`).
-  Active while code is traced or run eagerly
-  inside the block; compiled caches are cleared on entry and exit so that
-  nothing traced inside leaks out (or in). Not thread-safe.
-
-  Examples:
-    >>> import jax
-    >>> from dpjax.audit import mechanisms
-    >>> with mechanisms.scaled_noise(0.0):
-    ...   float(jax.random.normal(jax.random.key(0), ()))
-    0.0
+  Through :func:`dpjax.noise.broken_noise_for_audit`, which every draw of the
+  library goes through (the releases and AOP's objective perturbation); the
+  accountant still charges the original budget. Compiled caches are cleared
+  on entry and exit: the injection is read at trace time, and a cached
+  program would skip it.
   """
-  original = jax.random.normal
-
-  @functools.wraps(original)
-  def scaled(*args, **kwargs):
-    return original(*args, **kwargs) * factor
-
-  jax.clear_caches()
-  jax.random.normal = scaled
-  try:
-    yield
-  finally:
-    jax.random.normal = original
-    jax.clear_caches()
-
-
-NOISE_PATHS = ("dpjax.noise", "jax.random.normal")
-
-
-@contextlib.contextmanager
-def injected_noise(factor: float | None, *,
-                   paths: tuple[str, ...] = ("dpjax.noise",)) -> Iterator[None]:
-  """Every noise draw traced inside, on each of ``paths``, is ``factor`` times its size.
-
-  ``"dpjax.noise"`` uses :func:`dpjax.noise.broken_noise_for_audit` (every
-  release; the accountant still charges the original budget);
-  ``"jax.random.normal"`` uses :func:`scaled_noise` (the draws that do not go
-  through a release: AOP's objective perturbation). ``factor=None`` injects
-  nothing. Compiled caches are
-  cleared on entry and exit: the injection is read at trace time, and a
-  cached program would skip it.
-  """
-  if isinstance(paths, str) or not all(p in NOISE_PATHS for p in paths):
-    raise ValueError(f"paths must be a tuple of {NOISE_PATHS}, got {paths!r}.")
   if factor is None:
     yield
     return
   with contextlib.ExitStack() as stack:
     jax.clear_caches()
     stack.callback(jax.clear_caches)
-    if "dpjax.noise" in paths:
-      stack.enter_context(noise.broken_noise_for_audit(factor))
-    if "jax.random.normal" in paths:
-      stack.enter_context(scaled_noise(factor))
+    stack.enter_context(noise.broken_noise_for_audit(factor))
     yield
 
 
@@ -281,7 +238,6 @@ class _Spec(NamedTuple):
   claim: float | None
   delta: float
   host: bool
-  noise_paths: tuple[str, ...]
   mechanism: str
   channel: str
   relation: str
@@ -423,7 +379,7 @@ def _dp_gd(*, steps: int, relation: str = "zero-out", doubled: bool = False,
     return (w - w0) @ u, state.accountant
 
   label = "" if calibration == "zero-out" else f", neighbouring={calibration!r}"
-  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False, ("dpjax.noise",),
+  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False,
                f"dp_gd(steps={steps}{label})", "gradient", relation, canary, statistic)
 
 
@@ -551,7 +507,7 @@ def _newton(*, curvature: str, modification: str, lam: Any, channel: str,
   statistic = ("released lambda (increasing in the noisy trace)" if channel == "trace"
                else "log-likelihood ratio of the update and the norm of g~ (from the released "
                "direction std)")
-  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False, ("dpjax.noise",),
+  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False,
                f"dp_newton(curvature={curvature!r}, modification={modification!r}, {lam_text}, "
                f"grad_frac={grad_frac}, trace_frac={trace_frac}{coeff_text})", channel, "zero-out",
                canary, statistic)
@@ -657,7 +613,7 @@ def _precond(*, channel: str, relation: str = "zero-out", doubled: bool = False,
   else:
     raise ValueError(f"channel must be 'curvature' or 'end-to-end', got {channel!r}.")
   label = "" if calibration == "zero-out" else f", neighbouring={calibration!r}"
-  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False, ("dpjax.noise",),
+  return _Spec(run, datasets, "gaussian", None, AUDIT_DELTA, False,
                mech + label + ")", channel, relation, canary, statistic)
 
 
@@ -699,7 +655,7 @@ def _estimator(*, doubled: bool = False) -> _Spec:
     claim = accounting.zcdp_to_epsilon(clf.rho_, AUDIT_DELTA, "gaussian")
     return float(clf.coef_[0, 0]), claim
 
-  return _Spec(run, ((x, y), (x, y_prime)), None, None, AUDIT_DELTA, True, ("dpjax.noise",),
+  return _Spec(run, ((x, y), (x, y_prime)), None, None, AUDIT_DELTA, True,
                f"DPLogisticRegression(epsilon={epsilon:.4g}, delta=1e-5, data_norm=1, "
                "classes=[-1, 1], fit_intercept=False)", "end-to-end", "zero-out (label flip)",
                "x = e_1 with y = -1 (D) or +1 (D'); 48 public rows along e_2", "coef_[0, 0]")
@@ -712,7 +668,6 @@ def _estimator(*, doubled: bool = False) -> _Spec:
 
 # The tree (and online-to-batch through it) releases its nodes through dpjax.noise;
 # audit() checks that the noise twin's injection reaches them.
-_TREE_NOISE_PATHS = ("dpjax.noise",)
 
 
 def _redraw_released(tree: ta.TreeState, key: jax.Array) -> ta.TreeState:
@@ -782,7 +737,7 @@ def _tree(*, steps: int, statistic: str, fresh_noise: bool = False,
           else "sum_t ghat_t / |I_t| (the test against fresh per-step noise)")
   bug = ", stored nodes re-released before every step" if fresh_noise else ""
   return _Spec(run, (jnp.float32(0.0), jnp.float32(value)), "gaussian", None, AUDIT_DELTA,
-               False, _TREE_NOISE_PATHS, f"tree_prefix_sum(steps={steps}{bug})",
+               False, f"tree_prefix_sum(steps={steps}{bug})",
                "prefix sums", "zero-out", "leaf 1 input 1 (the sensitivity) vs 0", text)
 
 
@@ -812,7 +767,7 @@ def _dp_sgd(*, steps: int, sampling_rate: float, doubled: bool = False) -> _Spec
       w = optax.apply_updates(w, upd)
     return w[0] - w0[0], optax.tree.get(state, "accountant")
 
-  return _Spec(run, datasets, "cks", None, AUDIT_DELTA, False, ("dpjax.noise",),
+  return _Spec(run, datasets, "cks", None, AUDIT_DELTA, False,
                f"dp_sgd(sampling_rate={sampling_rate}, steps={steps}, epsilon={epsilon:.4g}, "
                "delta=1e-5)", "gradient", "zero-out",
                "x = e_1, y = +1 at margin -20 vs the null row", "w_T[0] - w_0[0]")
@@ -843,7 +798,7 @@ def _online_to_batch(*, steps: int, doubled: bool = False) -> _Spec:
     return w[0], state.accountant
 
   return _Spec(run, (jnp.zeros((2,), jnp.float32), value), "gaussian", None, AUDIT_DELTA,
-               False, _TREE_NOISE_PATHS, f"online_to_batch(ogd, batch_size=2, steps={steps})",
+               False, f"online_to_batch(ogd, batch_size=2, steps={steps})",
                "gradient (tree)", "zero-out", "x = e_1, y = +1 in the first batch vs a null row",
                "output[0]")
 
@@ -876,8 +831,7 @@ def _aop(*, epsilon: float, gamma: float, doubled: bool = False) -> _Spec:
 
   # b is drawn by noise.perturbation_vector (jax.random.normal: not a release), the
   # output perturbation is released through noise.add_gaussian: the twin scales both.
-  paths = ("dpjax.noise", "jax.random.normal")
-  return _Spec(run, ((x, y), (x, y_prime)), None, epsilon, CONTRACT_DELTA, True, paths,
+  return _Spec(run, ((x, y), (x, y_prime)), None, epsilon, CONTRACT_DELTA, True,
                f"baselines.aop(epsilon={epsilon}, delta=1e-5, gamma={gamma})", "end-to-end",
                "replace-one (label flip)", "x = e_1 with y = -1 (D) or +1 (D')", "theta[0]")
 
@@ -979,14 +933,17 @@ def make_setup(name: str, *, twin: str | None = None, **overrides: Any) -> Audit
       name=name, twin=twin, mechanism=spec.mechanism, channel=spec.channel,
       relation=spec.relation, canary=spec.canary, statistic=spec.statistic, sample=spec.run,
       datasets=spec.datasets, method=spec.method, delta=spec.delta, host=spec.host,
-      noise_factor=_FACTORS.get(twin), noise_paths=spec.noise_paths)
+      noise_factor=_FACTORS.get(twin))
 
 
-def run_audit(setup: AuditSetup, *, num_samples: int = NUM_SAMPLES, seed: int = 0,
+def run_audit(setup: AuditSetup, *, num_samples: int = NUM_SAMPLES, seed: int | None = None,
               confidence: float = 0.95) -> AuditResult:
   """Runs ``setup`` ``num_samples`` times on each neighbour and bounds epsilon from below.
 
-  Keys are ``split(key(seed), 2 num_samples)``: the first half for ``D``, the
+  ``seed=None`` (the default) draws the seed from OS entropy, like every
+  entry point of the library; it is recorded in the result (``seed``), and
+  passing it back reproduces the audit. Keys are ``split(key(seed), 2
+  num_samples)``: the first half for ``D``, the
   second for ``D'`` (host mechanisms: integer seeds from
   ``numpy.random.default_rng(seed)``). The runs are compiled once
   (``compile_seconds``; for the host mechanisms, one warm-up run) and then
@@ -998,25 +955,28 @@ def run_audit(setup: AuditSetup, *, num_samples: int = NUM_SAMPLES, seed: int = 
 
   Examples:
     >>> from dpjax.audit import mechanisms
-    >>> r = mechanisms.run_audit(mechanisms.make_setup("dp-gd-1-step"), num_samples=2000)
+    >>> r = mechanisms.run_audit(mechanisms.make_setup("dp-gd-1-step"), num_samples=2000,
+    ...                      seed=0)
     >>> round(r.claimed_epsilon, 4), r.consistent
     (1.1603, True)
   """
   return _run(setup, num_samples, seed, confidence, None)
 
 
-def _run(setup: AuditSetup, num_samples: int, seed: int, confidence: float,
+def _audit_seed(seed: int | None) -> int:
+  """``None``: a fresh seed from OS entropy; otherwise the checked explicit seed."""
+  return secrets.randbits(_common.SEED_BITS) if seed is None else _common.check_seed(seed)
+
+
+def _run(setup: AuditSetup, num_samples: int, seed: int | None, confidence: float,
          cache: dict | None) -> AuditResult:
   """:func:`run_audit`; ``cache`` maps a program key to its compiled runs (see :func:`audit`)."""
   num_samples = _validate.positive_int(num_samples, "num_samples")
   if num_samples < 4:
     raise ValueError(f"num_samples must be >= 4 (two halves of two runs), got {num_samples}.")
-  if isinstance(seed, bool) or not isinstance(seed, (numbers.Integral, np.integer)):
-    raise TypeError(f"seed must be an integer >= 0, got {type(seed).__name__}.")
-  if seed < 0:
-    raise ValueError(f"seed must be >= 0, got {seed}.")
+  seed = _audit_seed(seed)
   d0, d1 = setup.datasets
-  with injected_noise(setup.noise_factor, paths=setup.noise_paths):
+  with injected_noise(setup.noise_factor):
     if setup.host:
       seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=2 * num_samples)
       start = time.perf_counter()
@@ -1027,7 +987,7 @@ def _run(setup: AuditSetup, num_samples: int, seed: int, confidence: float,
       s1 = np.asarray([o[0] for o in out1])
       claim = float(out1[0][1])
     else:
-      keys = jax.random.split(jax.random.key(seed), 2 * num_samples)
+      keys = jax.random.split(_common.key_from_seed(seed), 2 * num_samples)
       chunk = min(num_samples, _CHUNK)
       start = time.perf_counter()
       program = (setup.name, "2x-sensitivity" if setup.twin is None else setup.twin, chunk)
@@ -1047,7 +1007,7 @@ def _run(setup: AuditSetup, num_samples: int, seed: int, confidence: float,
   done = time.perf_counter()
   return AuditResult(setup.name, setup.twin, setup.channel, claim, setup.delta, lower,
                      num_samples, compiled_at - start, done - compiled_at,
-                     tuple(float(v) for v in s0[:8]))
+                     tuple(float(v) for v in s0[:8]), seed)
 
 
 def _batched_runs(compiled, keys, data, chunk: int):
@@ -1065,9 +1025,11 @@ def _batched_runs(compiled, keys, data, chunk: int):
   return np.concatenate(stats)[:total].astype(np.float64), acc
 
 
-def audit(name: str, *, num_samples: int, seed: int = 0, twins: tuple[str, ...] | None = None,
-          confidence: float = 0.95) -> list[AuditResult]:
+def audit(name: str, *, num_samples: int, seed: int | None = None,
+          twins: tuple[str, ...] | None = None, confidence: float = 0.95) -> list[AuditResult]:
   """The correct run of ``name`` and its broken ``twins`` (default: :data:`CONTROLS`), same keys.
+
+  ``seed`` as in :func:`run_audit` (``None``: one fresh seed, shared by all the runs).
 
   The ``"2x-sensitivity"`` twin reuses the correct run's compiled program
   (a builder's ``doubled`` changes only the datasets), so its
@@ -1077,6 +1039,7 @@ def audit(name: str, *, num_samples: int, seed: int = 0, twins: tuple[str, ...] 
     RuntimeError: from :func:`check_injection`.
   """
   twins = CONTROLS[name] if twins is None else tuple(twins)
+  seed = _audit_seed(seed)
   cache: dict = {}
   results = [_run(make_setup(name), num_samples, seed, confidence, cache)]
   for twin in twins:
@@ -1090,7 +1053,7 @@ def check_injection(correct: AuditResult, twin: AuditResult) -> None:
   """Raises ``RuntimeError`` when a noise twin released what the correct run did, same keys.
 
   Then the injected factor never reached the mechanism's noise (it draws
-  somewhere the hook does not see: a wrong ``noise_paths``), and the twin
+  somewhere the hook does not see), and the twin
   would prove nothing. Other twins are not checked (they change the data
   or the program, not the noise).
   """
