@@ -84,6 +84,8 @@ def run(names, *, num_samples: int | None, host_samples: int | None, quick: bool
           continue
         rows.append(_row(mechanisms.run_audit(setup, num_samples=samples, seed=0), setup, samples))
       continue
+    # Seed 0, named: the audits run on synthetic canaries, not private data, and the
+    # committed table must reproduce (the library's default would draw a fresh seed).
     results = mechanisms.audit(name, num_samples=samples, seed=0)
     for r in results:
       rows.append(_row(r, mechanisms.make_setup(name, twin=r.twin), samples))

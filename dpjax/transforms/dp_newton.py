@@ -644,12 +644,12 @@ def dp_newton(
     # Released in units of ||g~|| s(lam) (both public: g~ and lam were released):
     # direction / (||g~|| s(lam)) has sensitivity 1 and std 1 / sqrt(2 rho_direction),
     # a plan fixed on the host even when lam is traced; scaling back is post-processing.
-    scale = jnp.linalg.norm(g_noisy) * jnp.asarray(sens, dt)
+    g_norm = jnp.linalg.norm(g_noisy)
+    scale = g_norm * jnp.asarray(sens, dt)
     safe = jnp.where(scale > 0, scale, 1.0)
     noisy_direction = scale * noise.add_gaussian(
         k_dir, direction / safe, sensitivity=1.0, noise_std=noise_on * unit_direction_std,
         exact=exact, atoms=pick(d + 1, 2 * d + 1))
-    g_norm = jnp.linalg.norm(g_noisy)
     acc = accounting.charge(acc, budget.rho_direction, slack=slack * d)
 
     out = jnp.where(ok, -noisy_direction, jnp.zeros_like(g))
