@@ -114,6 +114,7 @@ import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import glm  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import leaks  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax import noise  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import training  # noqa: E402  pylint: disable=g-import-not-at-top
 
 SHAPES = ("a1a.t", "w8a", "covertype-synthetic")
@@ -233,8 +234,7 @@ def make_step(algorithm: str, n: int, d: int, steps: int, dtype: Any = jnp.float
 
 def _iterate(d: int, dtype: Any = jnp.float32) -> jax.Array:
   """A fixed unit-norm iterate, so that the margins are not all 0."""
-  w = jax.random.normal(jax.random.key(1), (d,), dtype)
-  return w / jnp.linalg.norm(w)
+  return noise.random_direction(jax.random.key(1), d, dtype)
 
 
 def make_fit_program(algorithm: str, n: int, d: int, steps: int,
