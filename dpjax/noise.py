@@ -566,6 +566,15 @@ def broken_noise_for_audit(factor: float) -> Iterator[None]:
     _AUDIT_SCALE[0] = old
 
 
+def audit_scale() -> float:
+  """The factor :func:`broken_noise_for_audit` applies now (``1.0`` outside it).
+
+  A program that caches a compiled release across calls keys its cache on
+  this value, since the factor is read when the release is traced.
+  """
+  return _AUDIT_SCALE[0]
+
+
 def _leaves(value: Any) -> tuple[list, Any]:
   leaves, treedef = jax.tree_util.tree_flatten(value)
   if not leaves:

@@ -99,11 +99,17 @@ def execute(name: str) -> float:
   nb.cells.append(nbformat.v4.new_code_cell(
       "import sys, json, dpjax\nprint(json.dumps({'exe': sys.executable, 'dpjax': dpjax.__file__}))"))
   with tempfile.TemporaryDirectory() as tmp:
-    client = nbclient.NotebookClient(nb, km=kernel_manager(tmp), timeout=CELL_TIMEOUT,
-                                     kernel_name="python3",
+    km = kernel_manager(tmp)
+    client = nbclient.NotebookClient(nb, km=km, timeout=CELL_TIMEOUT, kernel_name="python3",
                                      resources={"metadata": {"path": str(COLAB_DIR)}})
     start = time.perf_counter()
-    client.execute(env=kernel_env())
+    try:
+      client.execute(env=kernel_env())
+    finally:
+      # nbclient leaves a kernel it was handed running: without this the kernel (a JAX
+      # process) lives, and takes CPU, until the test worker exits.
+      if km.has_kernel:
+        km.shutdown_kernel(now=True)
     seconds = time.perf_counter() - start
   probe = json.loads("".join(o.get("text", "") for o in nb.cells[-1].outputs if o.get("name") == "stdout"))
   assert os.path.realpath(probe["exe"]) == os.path.realpath(sys.executable), (
