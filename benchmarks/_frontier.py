@@ -1,7 +1,7 @@
 """The privacy-utility frontier: precond-gd against tuned first-order baselines, honestly.
 
-Run it as ``python benchmarks/privacy_utility.py --frontier [flags]`` (issue 5;
-``research-preconditioning.md`` sections 1, 3, 3b, 5 and 6). Every family of
+Run it as ``python benchmarks/privacy_utility.py --frontier [flags]``; its
+results are in ``benchmarks/results/privacy_utility_frontier.md``. Every family of
 methods is tuned on one seed set and reported on fresh repeats of another, so
 that a family's edge is not selection noise, and the first-order baselines get
 the same free improvements (tail averaging, a tuned step) as the new method.
@@ -19,7 +19,7 @@ Protocol:
 * Report: each family's selected configuration is **re-run on
   ``--report-repeats`` (20) fresh repeats with ``seed = REPORT_SEED = 1``**
   (seed set B). The tables report the fresh mean +- s.e. and, beside it, the
-  selection mean (the research note saw 5-10% selection bias).
+  selection mean (with 10 repeats, selection bias moved some means by 5-10%).
 * Families (the rows), tuned non-privately over their grids:
 
   1. ``dp-gd``: learning rate 4, final iterate, T in 25, 50, ..., 3200, doubled

@@ -20,8 +20,8 @@ the same record and all scripts take the same flags:
 * :func:`progress` / :class:`ProgressBar` (from :mod:`dpjax.progress`) draw a
   dependency-free progress bar over a grid (stderr).
 * :func:`compile_fn` and :func:`time_interleaved` keep compile time out of the
-  timings (ecosystem.md section 6: warm up, ``block_until_ready``, median and
-  min, interleave the variants being compared).
+  timings (warm up, ``block_until_ready``, median and min, interleave the
+  variants being compared).
 * :data:`ALGORITHMS` and :func:`algorithm_family` read the algorithms from
   :data:`dpjax.training.ALGORITHMS`: an algorithm added to ``dpjax.fit`` is
   benchmarked by adding one line to :data:`FAMILIES` (its T grid family).
@@ -86,7 +86,7 @@ DATASETS = {
         DatasetSpec("ijcnn1", "ijcnn1.bz2", 22),
         DatasetSpec("synthetic", None, synthetic_n=10_000, synthetic_d=100),
         # Covertype's size (n = 581,012, d = 54 with the intercept), generated
-        # like `synthetic` (spec-newton.md 5.1): the real file is not available.
+        # like `synthetic` (Ganesh et al. 2023, Sec. 6): the real file is not available.
         DatasetSpec("covertype-synthetic", None, synthetic_n=581_012, synthetic_d=54),
     )
 }

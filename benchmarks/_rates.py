@@ -1,4 +1,4 @@
-"""The rates experiment of DP online-to-batch (issue 6; ``spec-online-to-batch.md`` section 3, plan (a)-(c)).
+"""The rates experiment of DP online-to-batch (Zhang, Tran & Cutkosky, NeurIPS 2022, arXiv:2210.06593).
 
 A population with known optimum, sampled fresh inside the compiled pass (so
 ``n = 10^6`` single-pass runs need no stored data):
@@ -56,7 +56,7 @@ W_STAR_NORM = 0.5
 NOISE_HALF_WIDTH = 0.5  # least squares: xi ~ U[-0.5, 0.5].
 TEST_POINTS = 1 << 15
 RADIUS = 1.0
-SLOPE_RANGE = (-0.65, -0.35)  # at eps = 8 (issue 6).
+SLOPE_RANGE = (-0.65, -0.35)  # at eps = 8: around the T^(-1/2) rate of the non-private term.
 SLOPE_EPSILON, FAST_EPSILON = 8.0, 0.5
 
 
@@ -233,7 +233,7 @@ def decade_drops(ns: Sequence[int], means: Sequence[float]) -> list[tuple[int, f
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
-  """Slopes of every (loss, d, method, eps) and the two criteria of issue 6 for ``otb``."""
+  """Slopes of every (loss, d, method, eps) and the two rate criteria for ``otb``."""
   chosen = best(records)
   keys = sorted({(k[0], k[1], k[3], k[4]) for k in chosen})
   ns = sorted({k[2] for k in chosen})

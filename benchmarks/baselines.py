@@ -10,7 +10,7 @@ with ``--seeds`` independent seeds, and reports the median excess loss
 float64 optimum, :func:`dpjax.training.optimum_loss`). Excess losses are
 evaluated on the host in float64.
 
-Run lengths follow the reference script (spec-newton.md 5.4): damped Newton
+Run lengths follow the authors' reference script (``run_privacy_utility``): damped Newton
 T = 15, DP-GD T = 100; DP-GD-Oracle T = 50 (each of its steps runs a line
 search of up to ~360 loss evaluations). AOP is not iterative. The iterative
 methods use ``accounting="gaussian"`` (exact for these Gaussian mechanisms);

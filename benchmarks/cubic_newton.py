@@ -1,4 +1,4 @@
-"""Private cubic-regularised Newton (spec-newton.md 3) vs tuned DP-GD, L2-regularised logistic loss.
+"""Private cubic-regularised Newton (Ganesh et al. 2023, Sec. 4) vs tuned DP-GD, L2-regularised logistic loss.
 
 Usage::
 
@@ -27,7 +27,7 @@ Algorithms, all on the same data, ``w_0 = 0``, float64:
 
 The best grid point of each algorithm is picked by the median excess loss over
 the seeds: this tuning looks at the private data and is NOT private (as in the
-paper's experiments, spec 6); it favours both algorithms alike. Excess loss is
+paper's experiments, Ganesh et al. 2023, Sec. 6); it favours both algorithms alike. Excess loss is
 ``l(w) - l(w*)``, ``w*`` by Newton's method (non-private reference). Oracle
 calls: an outer step of cubic Newton queries the gradient and the Hessian
 (one pass over the data); its inner steps only touch the d x d model (no

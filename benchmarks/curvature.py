@@ -15,7 +15,7 @@ fused and gram interleaved round-robin (textbook alone afterwards, with a third
 of the reps, since its large temporaries disturb the next call), compile time excluded (AOT-compiled first), after a
 warm-up, with ``block_until_ready``. It prints and writes a markdown table and
 a JSON file with the machine (CPU, cores, load average) and versions.
-Target (spec-newton.md section 8, one SOI per step): fused <= 1.5x gram at the
+Target (the double-noise Newton method forms one SOI per step): fused <= 1.5x gram at the
 covertype size.
 """
 

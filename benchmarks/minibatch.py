@@ -1,8 +1,8 @@
 """Minibatch double-noise Newton vs DP-SGD at equal epsilon: the analogue of the paper's Fig. 4.
 
 Ganesh et al. (NeurIPS 2023) compare the minibatch (stochastic) variant of
-their double-noise Newton method (``spec-newton.md`` 4.5,
-:func:`dpjax.transforms.dp_newton_minibatch`) with DP-SGD (spec 2.2,
+their double-noise Newton method (Sec. 6, Fig. 4;
+:func:`dpjax.transforms.dp_newton_minibatch`) with DP-SGD (Abadi et al. 2016;
 :func:`dpjax.transforms.dp_sgd`) by the excess loss reached after a number of
 passes over the data. Here, for every dataset, epsilon (``delta = n^-2``) and
 pass budget P:
@@ -400,7 +400,7 @@ def run_setting(name: str, ds: data_lib.Dataset, grids: dict[str, Any], epsilons
   n, d = x64.shape
   try:
     _, loss_star = solve.logistic_optimum(x64, y64)
-  except ValueError:  # separable: the reference code's ridge (spec 5.4).
+  except ValueError:  # separable: the reference code's ridge (its reg = 1e-9).
     _, loss_star = solve.logistic_optimum(x64, y64, ridge=1e-9)
   ctx = {"n": n, "delta": float(n) ** -2, "host": (x64, y64, float(loss_star)),
          "keys": jax.random.split(jax.random.key(0), seeds)}

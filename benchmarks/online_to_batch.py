@@ -1,4 +1,4 @@
-"""DP online-to-batch benchmarks (issue 6): the cost of one step, and the rates.
+"""DP online-to-batch benchmarks (Zhang, Tran & Cutkosky, NeurIPS 2022): the cost of one step, and the rates.
 
 ``--speed``: the wall-clock cost of one step of ``dpjax.online_to_batch``
 (OGD learner, tree noise, per-example gradient differences at ``x_t`` and
@@ -11,7 +11,7 @@ compile time excluded. Each variant is timed two ways:
 * **in a scan**: ``lax.scan`` over ``--scan-steps`` steps, time / steps (the
   cost inside a compiled training loop, as :func:`dpjax.fit` runs it).
 
-The criterion (issue 6): conversion / non-private <= 3, in a scan. Rows:
+The criterion: conversion / non-private <= 3, in a scan. Rows:
 the fused GLM path in the two tree modes (every node released through
 ``dpjax.noise``'s exact sampler), the same with ``unsafe_float_noise=True``
 (float noise, NOT private: what exactness costs, for information, outside the
@@ -23,7 +23,7 @@ on synthetic least squares and logistic regression (``_rates.py`` has the
 population and the protocol): d in {10, 100}, n from 10^3 to 10^6 (batch 10),
 eps in {0.5, 1, 2, 8} at delta = n^-1.1, 10 seeds vmapped, the four
 conversions against single-pass DP-SGD and DP-FTRL at equal eps. Criteria
-(issue 6, for ``otb``): the log-log slope at eps = 8 in [-0.65, -0.35]; at
+(for ``otb``): the log-log slope at eps = 8 in [-0.65, -0.35]; at
 eps = 0.5 some decade of n where the loss falls >= 10x.
 
 Usage::

@@ -18,8 +18,8 @@ Protocol:
   (``"paper"``: rho = eps^2 / (4 ln(1/delta) + 4 eps)) and the exact Gaussian
   conversion (``"gaussian"``, which gives more rho for the same eps; see
   :func:`dpjax.fit`). On a1a.t and synthetic three more levels run at the
-  reference code's rho values (``reference-measurements.md`` section 4) for
-  the comparison with the reference measurements.
+  reference code's rho values, for the comparison with our measurements of
+  the authors' public reference code (tensorflow/privacy ``research/dp_newton``).
 * All levels of one (algorithm, T) are one compiled program
   (:func:`dpjax.training.fit_levels`: vmap over levels and repeats, same seed
   hence common random numbers across levels), ``init="random-unit"`` (the
@@ -64,7 +64,7 @@ the algorithms :data:`QUICK_ALGORITHMS` unless ``--algorithms`` is given,
 about half a minute.
 
 ``--frontier`` runs the privacy-utility frontier benchmark instead
-(``benchmarks/_frontier.py``, issue 5): every family (dp-gd, dp-gd with tail
+(``benchmarks/_frontier.py``): every family (dp-gd, dp-gd with tail
 averaging, dp-gd with a tuned step, precond-gd, auto, the Newton variants) is
 tuned on seed set A and its selected configuration re-run on fresh repeats of
 seed set B, at eps in {0.1, 1, 10} with exact Gaussian accounting and
@@ -140,7 +140,7 @@ QUICK_GRIDS = {"first-order": (25, 100), "second-order": (2,)}
 QUICK_ALGORITHMS = ("dp-gd", "hess-add", "qu-add")
 QUICK_EPSILONS = (1.0, 10.0)
 # Reference code's rho at eps = 0.1 (its fsolve start point), 1 and 10
-# (reference-measurements.md section 4).
+# (its own eps -> rho conversion, delta = n^-2).
 REFERENCE_RHOS = {
     "a1a.t": {0.1: 0.001, 1.0: 0.01277, 10.0: 0.9618},
     "synthetic": {0.1: 0.001, 1.0: 0.01439, 10.0: 1.052},
@@ -337,9 +337,9 @@ def measure_times(ds, algorithm: str, steps_list, rho: float, bar) -> dict:
 # Report: Table 1, the main table, the reference comparison, the figure.
 # ----------------------------------------------------------------------------
 
-# Published measurements of the reference code at its rho values
-# (reference-measurements.md sections 4 and 4.2): (mean, se, T*), se None
-# where the document gives none. Used only for the comparison table.
+# Our measurements of the authors' reference code at its rho values (its own
+# T grids, best T per cell): (mean, se, T*), se None where none was recorded.
+# Used only for the comparison table.
 REFERENCE_MEASURED = {
     ("synthetic", 0.1): {"dp-gd": (0.0594, 0.0029, 50), "hess-clip": (0.0718, 0.0023, 2),
                          "hess-add": (0.0717, 0.0013, 3), "qu-clip": (0.0768, 0.0022, 2),
@@ -533,7 +533,8 @@ def markdown(payloads: list[dict], info: dict, quick: bool) -> str:
         "",
         "## Against the reference measurements (same rho as the reference code)",
         "",
-        "Reference: `reference-measurements.md` section 4 / 4.2 (reference code, its own grids: "
+        "Reference: our runs of the authors' reference code (tensorflow/privacy `research/dp_newton`; "
+        "its own grids: "
         "DP-GD 10/25..1600 or 3200, Newton 2..20 or 2..48; 3-5 repeats, fresh reference synthetic data). "
         "Ours: the grids above, 10 repeats, our `synthetic` generator (same distribution, other draws). "
         "|z| = |ours - reference| / sqrt(se_ours^2 + se_ref^2).",

@@ -9,7 +9,8 @@ running totals live inside optimizer states:
   mechanisms. Rho composes additively; the noise scale of every such
   mechanism is derived from its budget by :func:`gaussian_sigma`.
 * the Renyi-DP curve (Mironov 2017) of the Poisson-subsampled Gaussian
-  mechanisms (``spec-newton.md`` sections 2.2 and 4.5), on the fixed order
+  mechanisms (DP-SGD, Abadi et al. CCS 2016; the minibatch Newton method of
+  Ganesh et al. NeurIPS 2023, Sec. 6), on the fixed order
   grid :data:`RDP_ORDERS`, plus a total-variation slack ``truncation`` for the
   batch caps of :mod:`dpjax.sampling`. RDP also composes additively, order by
   order; rho-zCDP is the RDP curve ``alpha * rho``, so both combine into one
@@ -22,8 +23,8 @@ Two halves:
   :func:`gaussian_zcdp`, :func:`gaussian_sigma`.
 * Host side (float64, concrete inputs only): :func:`spent_rho`,
   :func:`spent_rdp`, :func:`spent_truncation`, :func:`epsilon_spent`,
-  :func:`zcdp_to_epsilon`, :func:`epsilon_to_zcdp`, with the conversions of
-  ``ecosystem.md`` section 3.2 (``METHODS``); :func:`subsampled_gaussian_rdp`,
+  :func:`zcdp_to_epsilon`, :func:`epsilon_to_zcdp`, with the zCDP-to-(eps,
+  delta) conversions listed in ``METHODS``; :func:`subsampled_gaussian_rdp`,
   :func:`rdp_to_epsilon` and :func:`calibrate_noise_multiplier` (numpy and
   ``math`` only: no scipy at runtime).
 """
@@ -873,10 +874,11 @@ def _cks_eps_raw(rho: float, log_delta: float) -> float:
 def zcdp_to_epsilon(rho: Any, delta: Any, method: str = "cks") -> float:
   """Epsilon such that rho-zCDP implies (epsilon, delta)-DP.
 
-  Methods (``ecosystem.md`` section 3.2), from loosest to tightest:
+  Methods, from loosest to tightest:
 
   * ``"paper"``: inverse of the paper's sufficient map
-    ``rho = eps^2 / (4 log(1/delta) + 4 eps)`` (``spec-newton.md`` section 1),
+    ``rho = eps^2 / (4 log(1/delta) + 4 eps)`` (Ganesh et al. 2023, Sec. 3,
+    after Bun & Steinke 2016, Lemma 3.5),
     ``eps = 2 (rho + sqrt(rho (rho + log(1/delta))))``.
   * ``"bun_steinke"``: ``eps = rho + 2 sqrt(rho log(1/delta))`` (Bun & Steinke
     2016, Prop. 1.3).
@@ -950,8 +952,8 @@ def epsilon_to_zcdp(epsilon: Any, delta: Any, method: str = "cks") -> float:
   method on a log scale inside a bracket that provably contains the root
   (the Bun-Steinke rho is a lower end), so they cannot silently return a start
   point as the reference code's ``fsolve(x0=0.001)`` did for eps < 0.12
-  (``spec-newton.md`` section 1). Round trips agree to ~1e-12 relative for
-  eps in [1e-4, 1e3] and delta in [1e-30, 0.1).
+  (it then returned rho = 0.001 whatever eps was asked for). Round trips
+  agree to ~1e-12 relative for eps in [1e-4, 1e3] and delta in [1e-30, 0.1).
 
   Args:
     epsilon: target epsilon ``> 0``.
@@ -1210,7 +1212,7 @@ def subsampled_gaussian_rdp(
 ) -> np.ndarray:
   """RDP curve of ONE step of the Poisson-subsampled Gaussian mechanism.
 
-  The mechanism (``spec-newton.md`` sections 2.2 and 4.5): include each
+  The mechanism (DP-SGD's sampling, Abadi et al. 2016): include each
   example with probability ``q``, add ``N(0, z^2 I)`` to a sum of
   sensitivity 1 (clip norm 1). For add/remove neighbours its Renyi
   divergence of order ``alpha`` is at most ``log(A_alpha) / (alpha - 1)``
@@ -1396,7 +1398,7 @@ def calibrate_noise_multiplier(
   Each step composes one Poisson-subsampled Gaussian mechanism per entry of
   ``sampling_rates`` (rate ``q_i``, multiplier ``z * ratio_i``), e.g. the
   gradient and the Hessian samples of the minibatch Newton method
-  (``spec-newton.md`` section 4.5). The RDP curve
+  (Ganesh et al. 2023, Sec. 6, Fig. 4). The RDP curve
   ``steps * sum_i subsampled_gaussian_rdp(q_i, z ratio_i)`` is converted by
   :func:`rdp_to_epsilon` with the truncation slack
   ``steps * overflow_prob``. Epsilon decreases in ``z`` (``A_alpha`` does),
@@ -1428,7 +1430,7 @@ def calibrate_noise_multiplier(
     >>> from dpjax import accounting
     >>> z = accounting.calibrate_noise_multiplier(
     ...     1.0, 1e-5, steps=976, sampling_rates=1024 / 100_000)
-    >>> round(z, 3)  # dp-accounting's RDP accountant: 1.527 (ecosystem.md 3.3)
+    >>> round(z, 3)  # Google's dp-accounting RdpAccountant gives 1.527 here.
     1.52...
   """
   eps_target = _validate.positive_float(epsilon, "epsilon")

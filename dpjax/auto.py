@@ -9,7 +9,7 @@ per-example gradient norm ``L0 = 1`` and curvature norm ``L1 = 1/4``). It
 never reads ``x`` or ``y``, so its choice costs no privacy; the constants
 below were fitted once, on the shared benchmark datasets, and are fixed.
 
-The rule (issue 5; ``research-preconditioning.md`` section 6):
+The rule (its accuracy is in ``benchmarks/results/privacy_utility_frontier.md``):
 
 1. **precond-gd** (:func:`dpjax.transforms.dp_precond_gd`) when the released
    curvature can tell directions apart from its noise: the eigenvalue floor
@@ -19,7 +19,7 @@ The rule (issue 5; ``research-preconditioning.md`` section 6):
    release and ``eigh``). Equivalently ``d < d* = n^2 q rho / kappa^2``
    (:func:`precond_crossover_d`). Options: ``curvature_frac = 0.03``,
    ``kappa = 6`` (the transform's default is 3; with the fitted m, 6 was
-   better on the shared datasets, as in the research note's tuned runs),
+   better on the shared datasets, as in the non-private tuning of kappa),
    ``learning_rate = 1``, tail average of the last half, and ``m`` from
    :func:`precond_steps`.
 2. Otherwise **averaged DP-GD** (:func:`dpjax.transforms.dp_gd`, step
@@ -67,8 +67,8 @@ __all__ = [
 _LOSS_CONSTANTS = {"logistic": (1.0, 0.25)}
 SUPPORTED_LOSSES = tuple(_LOSS_CONSTANTS)
 
-CURVATURE_FRAC = 0.03  # share of rho for the one curvature release (research note 6.2).
-KAPPA = 6.0  # eigenvalue floor multiplier (the research note's tuned value; see precond_steps).
+CURVATURE_FRAC = 0.03  # share of rho for the one curvature release (tuned non-privately once).
+KAPPA = 6.0  # eigenvalue floor multiplier (a non-privately tuned value; see precond_steps).
 MAX_PRECOND_D = 4096  # above this a d x d release and eigh are not worth their cost.
 
 # Step rules, fitted on the shared datasets (see precond_steps / dp_gd_steps):

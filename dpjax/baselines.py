@@ -1,7 +1,8 @@
 """The baselines of the second-order paper's Fig. 2 and Fig. 3, for logistic regression.
 
-Ganesh, Haghifam, Steinke, Thakurta (NeurIPS 2023), Sec. 6; ``spec-newton.md``
-sections 2.3-2.6 and 7. Data: ``x [n, d]`` with every row norm ``<= L``
+Ganesh, Haghifam, Steinke, Thakurta (NeurIPS 2023, arXiv:2305.13209), Sec. 6,
+as implemented in the authors' public reference code (tensorflow/privacy,
+``research/dp_newton``). Data: ``x [n, d]`` with every row norm ``<= L``
 (``row_norm_bound``, 1 under the dpjax contract; pass ``sqrt(2)`` for rows
 that got an intercept after unit normalisation), labels ``y`` in {-1, +1}.
 With ``||x_i|| <= L`` each example's logistic loss is ``L``-Lipschitz and
@@ -39,7 +40,7 @@ float64). Non-private baselines still draw, and charge to their accountant, the
 noise of the nominal budget, so their noise matches the private methods at the
 same budget; their results carry ``private=False``.
 
-Reference-code bugs (spec 2.5, 7) that are NOT reproduced: AOP's ``L = 1``
+Reference-code bugs that are NOT reproduced: AOP's ``L = 1``
 for rows of norm ``sqrt(2)`` and smoothness 1 instead of ``L^2/4`` (here both
 come from ``row_norm_bound``), its ``theta = 0`` output for eps >~ 10.1 (here
 the budget split is moved back inside the analysed region, see :func:`aop`),
@@ -174,7 +175,7 @@ def aop_calibration(
     eps_out_frac: float = 0.01,
     gamma: float | None = None,
 ) -> AOPCalibration:
-  """AOP's budget split, regulariser and noise scales (spec 2.5, corrected).
+  """AOP's budget split, regulariser and noise scales (the reference code's, corrected).
 
   Steps (Iyengar et al. 2019, Algorithm 1 "approximate minima perturbation",
   with the reference's split defaults ``eps_frac = 0.9``, ``eps_out_frac = 0.01``):
@@ -400,7 +401,7 @@ def aop(
     gamma: float | None = None,
     max_iter: int = 100,
 ) -> tuple[np.ndarray, dict[str, Any]]:
-  """Approximate minima perturbation (AOP/AMP; Iyengar et al. 2019; spec 2.5).
+  """Approximate minima perturbation (AOP/AMP; Iyengar et al. IEEE S&P 2019).
 
   **Private: yes, (epsilon, delta)-DP** (replace-one neighbours, hence also
   zero-out, with ``n`` public); it is not a zCDP mechanism and charges no
@@ -494,7 +495,7 @@ def aop(
 
 
 # ----------------------------------------------------------------------------
-# Damped Newton of Avella-Medina et al. 2021 (spec 2.4).
+# Damped Newton of Avella-Medina et al. 2021 (Ganesh et al. 2023, Sec. 6, Baseline 3).
 # ----------------------------------------------------------------------------
 
 
@@ -506,7 +507,7 @@ def damped_newton_noise(
     row_norm_bound: float = 1.0,
     neighbouring: str = "zero-out",
 ) -> tuple[Any, Any]:
-  """``(sigma_g, sigma_H)``: the damped-Newton noise stds of one step (spec 2.4).
+  """``(sigma_g, sigma_H)``: the damped-Newton noise stds of one step.
 
   ``rho_g = grad_frac rho_t``, ``rho_H = (1 - grad_frac) rho_t``;
   ``sigma_g = (f_g L/n) / sqrt(2 rho_g)`` and ``sigma_H = (f_H L^2/(4n)) /
@@ -639,7 +640,7 @@ def damped_newton(
     neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
-  """Damped Newton of Avella-Medina et al. 2021 as run in the paper (spec 2.4). NOT PRIVATE.
+  """Damped Newton of Avella-Medina et al. 2021 as run in the paper (Sec. 6). NOT PRIVATE.
 
   **Private: no.** ``update(g, state, params, *, curvature_matrix=H)`` takes
   the noise-free mean gradient ``g`` and Hessian ``H`` and returns
@@ -703,7 +704,7 @@ def damped_newton_private(
     neighbouring: str = "zero-out",
     disable_noise_for_testing: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
-  """A private damped Newton method with the noises of Avella-Medina et al. (spec 2.4).
+  """A private damped Newton method with the noises of Avella-Medina et al. (2021).
 
   **Private: yes, rho-zCDP** (``n`` public; ``neighbouring="zero-out"``, the
   default, or ``"replace-one"``). Each step releases ``g~ = g + N(0, sigma_g^2
@@ -768,7 +769,7 @@ def damped_newton_private(
 
 
 # ----------------------------------------------------------------------------
-# DP-GD-Oracle (spec 2.3): noisy gradient + line search on the true loss. NOT private.
+# DP-GD-Oracle (Ganesh et al. 2023, Fig. 3): noisy gradient + line search on the true loss. NOT private.
 # ----------------------------------------------------------------------------
 
 
@@ -800,7 +801,7 @@ def dp_gd_oracle(
 ) -> optax.GradientTransformationExtraArgs:
   """DP-GD-Oracle: noisy gradient, step size by a line search on the TRUE loss. NOT PRIVATE.
 
-  **Private: no** (spec 2.3; the paper's Fig. 3 diagnostic). The gradient
+  **Private: no** (the paper's Fig. 3 diagnostic). The gradient
   release ``g~ = g + N(0, sigma^2 I)``, ``sigma = (f L/n) / sqrt(2 rho_t)``
   (``f = 1`` for ``neighbouring="zero-out"``, 2 for ``"replace-one"``), is
   a Gaussian mechanism (charged), but the step size is chosen by Armijo
@@ -938,7 +939,7 @@ _WHY = {
                      "Newton step (Avella-Medina et al. 2021, p. 22, as run in the paper).",
     "damped-newton-private": "rho-zCDP: noisy gradient and symmetrised noisy Hessian (Gaussian "
                              "mechanisms); the step size is post-processing or public.",
-    "dp-gd-oracle": "NOT private: the step size is a line search on the true loss (spec 2.3).",
+    "dp-gd-oracle": "NOT private: the step size is a line search on the true loss.",
 }
 _FACTORIES = {"damped-newton": damped_newton, "damped-newton-private": damped_newton_private,
               "dp-gd-oracle": dp_gd_oracle}
@@ -1012,7 +1013,7 @@ def run_baseline(
   ``accounting.resolve_budget(n, ..., method=accounting_method)`` and split
   ``rho`` evenly over ``steps``; AOP takes ``epsilon`` (a given ``rho`` is
   converted to the epsilon of ``zcdp_to_epsilon(rho, delta, accounting_method)``,
-  the runner's comparison convention of spec 2.5) and no ``steps``.
+  the reference runner's comparison convention) and no ``steps``.
 
   The iterative runs start at ``w_0 = 0`` and are one ``jax.jit`` of a
   ``jax.vmap`` over the keys of a ``lax.scan`` over the steps: each step makes

@@ -45,15 +45,17 @@ __all__ = ["main"]
 
 _DEMO_EPSILONS = (0.1, 1.0, 10.0)
 # Fixed in advance, never tuned on the data: choosing T by looking at the
-# private runs' results would itself leak privacy. The reference code's best
-# T on this data at eps = 1 (reference-measurements.md, section 4.1).
-# precond-gd: m = 40, the study's choice on data of this shape
-# (research-preconditioning.md section 3c, synthetic).
+# private runs' results would itself leak privacy. DP-GD T = 200 and Newton
+# T = 8: where the authors' public reference code (tensorflow/privacy,
+# research/dp_newton) reached its lowest excess loss in our runs of it on the
+# paper's synthetic data at eps = 1. precond-gd: m = 40, the value a
+# non-private tuning of m selected on synthetic data of this shape (n = 10^4,
+# d = 100).
 _DEMO_STEPS = {"dp-gd": 200, "precond-gd": 40, "hess-clip": 8, "hess-add": 8, "qu-clip": 8,
                "qu-add": 8}
 _DEMO_REPEATS = 5
 
-# Exactly these fields go to `fit --json` (issue 3).
+# Exactly these fields go to `fit --json` (a stable machine-readable record).
 _JSON_FIELDS = (
     "algorithm", "epsilon", "delta", "rho", "accounting", "n", "d", "steps", "repeats",
     "excess_loss_mean", "excess_loss_se", "excess_losses", "loss_star", "seconds_compile",

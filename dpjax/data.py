@@ -1,13 +1,14 @@
 """Datasets for DP logistic regression: LIBSVM loading, preprocessing, synthetic data.
 
-Every dpjax optimizer assumes the contract of ``spec-newton.md`` section 1:
+Every dpjax optimizer assumes the contract of Ganesh et al. (NeurIPS 2023,
+arXiv:2305.13209), Sec. 5.1:
 rows ``||x_i||_2 <= 1`` and labels ``y_i in {-1, +1}``. This module produces
 data that meets it and checks it:
 
 * :func:`load_libsvm` reads svmlight/LIBSVM text (plain, gzip or bzip2) and, by
   default, scales each row into the unit ball on its own (:func:`scale_rows`), so
   adding or removing a row changes no other row; the paper's column
-  standardization (``spec-newton.md`` section 5.2/5.3) stays available as
+  standardization (that of the paper's reference code) stays available as
   ``preprocess="paper"``, which is not private (it warns), and
   :mod:`dpjax.standardize` is its private replacement;
 * :func:`scale_rows` is that per-row map: clip each row to a public norm bound,
@@ -141,7 +142,7 @@ def clip_rows(x: Any, bound: float = 1.0) -> Any:
   computed in float64, rounded to ``x.dtype``, and, if rounding pushed it a hair
   over the bound, moved towards zero by one ulp per entry (at most a few times).
 
-  This is the per-example projection of ``spec-newton.md`` section 5.3
+  This is the per-example projection of the reference code's logistic loss
   (``data_i / max(1, ||data_i||)``), applied once as preprocessing.
 
   Args:
@@ -200,7 +201,7 @@ def scale_rows(
 
   Why clipping and not unit normalization: ``x / max(B, ||x||)`` is the
   Euclidean projection onto the ball of radius ``B`` (rescaled by ``1/B``), the
-  per-example map of ``spec-newton.md`` section 5.3 and of DP-SGD's clipping
+  per-example map of the paper's reference code and of DP-SGD's clipping
   (Abadi et al. 2016). It is 1-Lipschitz, leaves rows inside the ball
   untouched and keeps their relative lengths, whereas ``x / ||x||`` blows a
   near-zero row up to unit length and is undefined at 0. On one-hot data such
@@ -401,7 +402,7 @@ def _parse_libsvm(path: str, text: str):
 
 
 def _paper_preprocess(x: np.ndarray) -> np.ndarray:
-  """Reference preprocessing (spec-newton.md 5.2 + 5.3), in float64. NOT PRIVATE.
+  """The reference code's preprocessing (Feb-2023 loader + its loss's projection), in float64. NOT PRIVATE.
 
   StandardScaler (population std; a constant column becomes 0) -> each non-zero
   row scaled to unit norm -> prepend a column of ones -> divide each row by
@@ -455,7 +456,7 @@ def load_libsvm(
     :class:`dpjax.standardize.PrivateStandardizer` (e.g. through
     ``dpjax.fit(..., standardize=...)``).
   * ``"paper"`` (**not private**; issues :class:`dpjax.PrivacyLeakWarning`):
-    the reference pipeline of ``spec-newton.md`` sections 5.2/5.3, computed
+    the pipeline of the paper's reference code, computed
     in float64. Standardize each column with the data's own mean and
     population std (as ``sklearn.preprocessing.StandardScaler``; a constant
     column, ``max == min``, becomes 0); scale each non-zero row to unit L2
@@ -481,7 +482,7 @@ def load_libsvm(
       LIBSVM a1a test split has index 123, the training split only 119).
     preprocess: ``"per-row"`` (default), ``"paper"`` (not private) or ``"none"``.
     row_bound: ``"per-row"`` only: the public row-norm bound ``B > 0``
-      (default 1, the projection of ``spec-newton.md`` section 5.3).
+      (default 1, the projection of the paper's reference code).
     positive_label: if given, this label becomes +1 and every other label -1
       (e.g. ``positive_label=1`` for phishing's 0/1 labels). If ``None``, the
       labels must already be -1/+1.
@@ -582,7 +583,7 @@ def load_libsvm(
 
 
 def synthetic(seed: int, n: int = 10_000, d: int = 100, *, dtype: Any = np.float32) -> Dataset:
-  """The paper's synthetic logistic-regression data (``spec-newton.md`` 5.1).
+  """The paper's synthetic logistic-regression data (Ganesh et al. 2023, Sec. 6).
 
   Jul-2023 reference generator: rows uniform on the unit sphere (normalised
   standard Gaussians), ``w_true`` = all ones (so ``||w_true|| = sqrt(d)``), and
@@ -637,7 +638,7 @@ def synthetic(seed: int, n: int = 10_000, d: int = 100, *, dtype: Any = np.float
 
 
 def validate_dataset(data: Any, *, row_norm_bound: float = 1.0) -> Dataset:
-  """Checks the data contract of ``spec-newton.md`` section 1, eagerly.
+  """Checks the data contract (``||x_i|| <= 1``, ``y_i in {-1, +1}``), eagerly.
 
   Optimizers call this on the host before any work: ``data`` must be a
   :class:`Dataset` (or an ``(x, y)`` pair) with ``x`` a finite, non-empty float

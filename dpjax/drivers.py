@@ -6,15 +6,15 @@
 of a ``jax.vmap`` over repeats of a ``lax.scan`` over the steps:
 
 * :data:`POISSON_ALGORITHMS`: ``"dp-sgd"`` (:func:`dpjax.transforms.dp_sgd`,
-  spec-newton.md 2.2) and ``"newton-minibatch"``
-  (:func:`dpjax.transforms.dp_newton_minibatch`, spec 4.5): Poisson
+  Abadi et al. 2016) and ``"newton-minibatch"``
+  (:func:`dpjax.transforms.dp_newton_minibatch`, Ganesh et al. 2023, Fig. 4): Poisson
   subsampling (``batch_size`` is the EXPECTED batch size ``q n``), accounted
   by the Renyi-DP curve in the accountant and calibrated to the target
   ``epsilon`` at ``delta`` (:func:`dpjax.accounting.calibrate_noise_multiplier`).
   They are not zCDP-calibrated: the result's ``rho`` is ``None`` and its
   ``accounting`` is ``"rdp"``; a ``rho`` passed to ``fit`` is first turned
   into its ``epsilon`` at ``delta`` with the chosen conversion.
-* ``"cubic-newton"`` (:func:`dpjax.transforms.cubic_newton`, spec 3): the
+* ``"cubic-newton"`` (:func:`dpjax.transforms.cubic_newton`, Ganesh et al. 2023, Sec. 4): the
   L2-regularised logistic loss ``F(w) = mean log(1 + e^{-y <x, w>}) + (mu/2)
   ||w||^2`` on the ball ``B(0, radius)``, with the constants of
   :func:`dpjax.transforms.l2_logistic_constants`; ``mu`` and
@@ -290,8 +290,8 @@ def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, acco
   options = dict(options)
   if algorithm == "newton-minibatch" and "min_eigenvalue" not in options:
     raise ValueError(
-        "newton-minibatch needs min_eigenvalue=<a fixed lambda > 0>, a public choice (spec 4.5 "
-        "has no adaptive rule for the minibatch method): its direction noise grows like "
+        "newton-minibatch needs min_eigenvalue=<a fixed lambda > 0>, a public choice (there is "
+        "no adaptive rule for the minibatch method): its direction noise grows like "
         "1/(4 B_H lambda^2), so small curvature batches need a larger lambda (e.g. 0.1 for "
         "B_H ~ 100, 0.01-0.03 for B_H ~ 1000).")
 
@@ -348,7 +348,7 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
   _check_options("cubic-newton", options, _CUBIC_OPTIONS)
   if "mu" not in options:
     raise ValueError("cubic-newton needs mu=<the public ridge mu > 0>: it minimises the "
-                     "mu-strongly convex F(w) = logistic loss + (mu/2)||w||^2 (spec 3).")
+                     "mu-strongly convex F(w) = logistic loss + (mu/2)||w||^2.")
   mu = _validate.positive_float(options["mu"], "mu")
   radius = _validate.positive_float(options.get("radius", DEFAULT_CUBIC_RADIUS), "radius")
   n, d = x.shape
@@ -412,8 +412,8 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
       kwargs.get("min_eigenvalue", "adaptive"), numbers.Real):
     raise ValueError(
         f"the {loss!r} loss needs a fixed min_eigenvalue=<lambda > 0> for {algorithm!r} (e.g. "
-        f"0.1): the adaptive rule of spec 4.3 is derived for the logistic loss, and its "
-        f"direction sensitivity here is L1/(n lambda^2) (spec 4.6).")
+        f"0.1): the adaptive rule (Ganesh et al. 2023, Sec. 5.2) is derived for the logistic "
+        f"loss, and its direction sensitivity here is L1/(n lambda^2).")
   factory(key=0, **kwargs)  # eager checks.
 
   def one_repeat(key, x, y):
@@ -506,7 +506,7 @@ def run(data: Any, algorithm: str, *, epsilon: float | None, rho: float | None,
     if algorithm not in GENERAL_LOSS_ALGORITHMS:
       raise ValueError(
           f"loss={loss!r} runs with {GENERAL_LOSS_ALGORITHMS} (DP-GD and the double-noise "
-          f"Newton method with 'add', spec 4.6); {algorithm!r} fits logistic regression only.")
+          f"Newton method with 'add'); {algorithm!r} fits logistic regression only.")
     _validate.choice(loss, "loss", losses_lib.LOSSES)
   elif loss_options:
     raise TypeError("loss_options apply to a non-logistic loss only; remove them.")

@@ -1,4 +1,4 @@
-"""Per-example convex losses with their public constants (spec-newton.md 4.6, Remark 5.5).
+"""Per-example convex losses with their public constants (Ganesh et al. NeurIPS 2023, Remark 5.5).
 
 A :class:`Loss` bundles a per-example loss ``f(w, (x, y))`` (the data term of
 ONE example) with the public constants the privacy proofs of
@@ -73,7 +73,7 @@ Constants, for ``||x|| <= 1`` and ``z = <w, x>`` (every loss here is a GLM
 
 The non-logistic losses declare ``curvature_structure="general"``: Newton
 must use ``modification="add"`` with the direction sensitivity
-``L1 / (n lam^2)`` (spec 4.6; :func:`newton_options`).
+``L1 / (n lam^2)`` (:func:`newton_options`).
 
 Non-private helpers (baselines, diagnostics; never released by a private
 fit): :func:`objective` (the unclipped objective), :func:`optimum` (host
@@ -426,9 +426,9 @@ def newton_step_inputs(
     chunk_size: examples per vmapped chunk.
     compute_hessian: False for first-order methods (``hessian`` is None).
     curvature: ``"hessian"`` (default) or ``"qu"``: the global quadratic
-      upper bound SOI ``c x x^T`` (logistic ``tanh(m/2)/(2m)``, spec 1;
+      upper bound SOI ``c x x^T`` (logistic ``tanh(m/2)/(2m)``, Ganesh et al. Lemma 5.1;
       pseudo-Huber ``phi'(r)/r = delta / hypot(delta, r) <= 1``, the IRLS
-      majoriser), with which Newton converges globally (spec 4.4) where the
+      majoriser), with which Newton converges globally (their Sec. 5.3) where the
       Hessian variant can diverge from far away (it does for pseudo-Huber
       with outliers). Same ``L1``: the QU coefficient is ``<= L1`` too.
       Not available for ``"poisson"`` or a hand-built loss.
@@ -513,7 +513,7 @@ def newton_options(loss: Loss, modification: str = "add", curvature: str = "hess
     raise ValueError(
         f"modification='clip' is not available for the {loss.name!r} loss: clip stays "
         "logistic-only (the bare rank-one logistic SOI, no ridge) until a proof is written "
-        "down (spec-newton.md 4.6). Use modification='add'."
+        "down. Use modification='add'."
     )
   return dict(grad_norm_bound=loss.grad_norm_bound,
               curvature_norm_bound=loss.curvature_norm_bound,

@@ -5,8 +5,10 @@ One step of DP online-to-batch, DP-FTRL or single-pass DP-SGD needs
 ``sum_{z in batch} clip(grad l(x, z) - a grad l(x', z), bound)``
 
 (``a = 0``: plain per-example clipped gradients; ``a > 0``: the gradient
-differences of online-to-batch, on the **same** example at both points,
-``spec-online-to-batch.md`` pitfall P3). Clipping scales an example's vector
+differences of online-to-batch, on the **same** example at both points, as
+in Zhang, Tran & Cutkosky (NeurIPS 2022, arXiv:2210.06593), Algorithm 1; a
+cached gradient of the previous example would break the telescoping sum and
+put that example into two releases). Clipping scales an example's vector
 by ``min(1, bound / ||v||)``, so zeroing out one example moves the sum by at
 most ``bound`` in L2, and replacing it by at most ``2 bound``
 (:data:`NEIGHBOURING`): the sensitivity the caller's noise is calibrated to.
@@ -151,7 +153,7 @@ def clipped_sum(params: Any, batch: Any, *, bound: Any, loss: str | None = None,
       gradient at ``params``, and ``a`` is unused).
     a: the weight of the second gradient (a scalar, may be traced). Where it
       is exactly 0 the gradient at ``x'`` is masked out (``where``), so a NaN
-      there cannot leak into the sum (pitfall P2).
+      there cannot leak into the sum (``0 * NaN`` is NaN).
     mask: optional ``[b]`` bool (or 0/1) array; may be traced. An example
       whose entry is False/0 contributes exactly 0 (selected out with
       ``where``, so even a NaN or inf in its row cannot leak), e.g. the padded

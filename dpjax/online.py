@@ -1,4 +1,4 @@
-"""Online learners on a ball, as optax transforms (``spec-online-to-batch.md`` section 2).
+"""Online learners on a ball, as optax transforms (for Zhang, Tran & Cutkosky, NeurIPS 2022).
 
 Each learner plays ``w_t``, then sees a linear loss ``l_t(w) = beta_t <u_t,
 w>`` and moves: ``update(u_t, state, params=w_t, *, beta=1.0, ...)`` returns
@@ -8,31 +8,31 @@ online-to-batch conversion, where ``u_t`` is the normalized noisy sum
 ``ghat_t / beta_t``; 1 for plain online learning). Every quantity a learner
 adapts to (step sizes, hints, wealth) is built from the ``u_t`` it is given and
 nothing else, so fed with released (noisy) values it is post-processing
-(pitfall P6).
+(privacy is lost if a learner ever reads a raw gradient).
 
 The domain is the ball ``B(center, radius)`` (diameter ``D = 2 radius``);
 ``center`` is the first play ``w_1`` (the params at ``init``) unless given.
 Every learner's play stays in the ball (the conversion's sensitivity bound
-needs it, spec 1.4). Parameters may be any pytree of float arrays.
+needs it). Parameters may be any pytree of float arrays.
 
 Learners:
 
 * :func:`ogd`: projected online gradient descent ``w_{t+1} = Pi(w_t - eta_t
   beta_t u_t)`` with the scale-free AdaGrad-norm step ``eta_t = D / sqrt(2
   sum_{s<=t} ||beta_s u_s||^2)`` (regret ``<= sqrt(2) D sqrt(sum_t ||beta_t
-  u_t||^2)``, spec 2.1), or the fixed scale ``eta_t = D / (G beta_t sqrt(t))``
+  u_t||^2)``), or the fixed scale ``eta_t = D / (G beta_t sqrt(t))``
   with a public bound ``G >= ||u_t||``, or a constant ``learning_rate``.
 * :func:`optimistic_ogd`: optimistic OGD (Chiang et al. 2012; Rakhlin &
-  Sridharan 2013; spec 2.2) whose hint is the previous loss vector, ``h_t =
+  Sridharan 2013; Zhang et al. 2022, Sec. 3) whose hint is the previous loss vector, ``h_t =
   beta_{t-1} u_{t-1}``; step ``D / sqrt(sum_s ||beta_s u_s - h_s||^2)``.
 * :func:`strongly_convex_ogd`: OGD on the regularized losses ``<beta_t u_t, w>
   + a beta_t ||w - x_t||^2`` with ``a = mu / 8`` centred at the public
-  averaged iterate ``x_t``, step ``eta_t = 1 / (2 a beta_{1:t})`` (spec 2.3,
-  [derived]).
+  averaged iterate ``x_t``, step ``eta_t = 1 / (2 a beta_{1:t})`` (our
+  form of the strongly convex variant of Zhang et al. 2022, Sec. 4).
 * :func:`kt_betting`: the parameter-free Krichevsky-Trofimov coin-betting
   learner (Orabona & Pal 2016), vector form, fed the coins ``c_t = clip_1(beta_t
   u_t / M)`` for a public scale ``M``, constrained to the ball with the
-  Cutkosky-Orabona (2018) reduction (spec 2.4).
+  Cutkosky-Orabona (2018) reduction (for the parameter-free variant of Zhang et al. 2022).
 
 Examples:
   >>> import jax.numpy as jnp, optax
@@ -184,7 +184,7 @@ def ogd(
     learning_rate: float | None = None,
     gradient_bound: float | None = None,
 ) -> optax.GradientTransformationExtraArgs:
-  """Projected OGD on ``B(center, radius)`` (spec 2.1).
+  """Projected OGD on ``B(center, radius)``.
 
   ``update(u_t, state, params=w_t, *, beta=1.0)`` returns ``Pi(w_t - eta_t
   beta u_t) - w_t``. The step, by priority: a constant ``learning_rate``; the
@@ -258,7 +258,7 @@ class OptimisticOGDState(NamedTuple):
 
 
 def optimistic_ogd(*, radius: float, center: Any = None) -> optax.GradientTransformationExtraArgs:
-  """Optimistic projected OGD with the previous loss vector as hint (spec 2.2).
+  """Optimistic projected OGD with the previous loss vector as hint (Zhang et al. 2022, Sec. 3).
 
   Keeps a secondary iterate ``y``. On ``u_t`` (loss vector ``v_t = beta
   u_t``, hint ``h_t = v_{t-1}``, ``h_1 = 0``): ``y_{t+1} = Pi(y_t - eta_t
@@ -318,7 +318,7 @@ class StronglyConvexOGDState(NamedTuple):
 def strongly_convex_ogd(
     *, mu: float, radius: float, center: Any = None, reg_weight: float | None = None,
 ) -> optax.GradientTransformationExtraArgs:
-  """OGD on ``<beta_t u_t, w> + a beta_t ||w - x_t||^2`` (spec 2.3, [derived]).
+  """OGD on ``<beta_t u_t, w> + a beta_t ||w - x_t||^2`` (derived here; Zhang et al. 2022, Sec. 4).
 
   The regularizer is centred at the public averaged iterate ``x_t`` of the
   conversion, passed as the extra argument ``x``; ``a = reg_weight``
@@ -381,7 +381,7 @@ class KTBettingState(NamedTuple):
 def kt_betting(
     *, radius: float, scale: float | jax.Array, center: Any = None, initial_wealth: float = 1.0,
 ) -> optax.GradientTransformationExtraArgs:
-  """Parameter-free KT coin betting on ``B(center, radius)`` (spec 2.4).
+  """Parameter-free KT coin betting on ``B(center, radius)`` (Orabona & Pal 2016).
 
   The coin of a round is ``c_t = clip_1(beta u_t / scale)`` (``scale = M``, a
   public bound; clipping a released vector is post-processing). The bettor

@@ -2,7 +2,8 @@
 
 The GLM path (:mod:`dpjax.glm`) uses the closed form ``c(z) x x^T``; this
 module serves any twice-differentiable per-example loss, as needed for the
-general convex losses of spec-newton.md section 4.6 (Remark 5.5): each
+general convex losses of Ganesh et al. (NeurIPS 2023, arXiv:2305.13209),
+Remark 5.5: each
 example's gradient is clipped to L2 norm ``<= grad_norm_bound`` and each
 example's Hessian to norm ``<= curvature_norm_bound`` (scaling by
 ``min(1, bound / norm)``). With n public, replacing one example by the null

@@ -1,4 +1,4 @@
-"""Fixed-shape Poisson subsampling for minibatch DP (``spec-newton.md`` sections 2.2, 4.5).
+"""Fixed-shape Poisson subsampling for minibatch DP (DP-SGD; the minibatch Newton of Ganesh et al. 2023).
 
 Poisson sampling includes each of the ``n`` examples independently with
 probability ``q``, so the batch size is random (``Binomial(n, q)``). Under

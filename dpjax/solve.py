@@ -1,6 +1,6 @@
 """The exact non-private optimum of logistic regression, and the excess loss.
 
-Benchmarks report ``ell(w_T) - ell(w*)`` (``spec-newton.md`` section 5.4), so
+Benchmarks report ``ell(w_T) - ell(w*)`` (as Ganesh et al. NeurIPS 2023, Sec. 6), so
 ``w*`` must be exact: :func:`logistic_optimum` runs a float64 Newton method on
 the host until the gradient of the mean logistic loss is below ``tol``, and
 refuses (with an explanation) when no minimiser exists. :func:`excess_loss` is
@@ -108,8 +108,8 @@ def logistic_optimum(
   """Exact minimiser of the mean logistic loss by a float64 Newton method.
 
   Minimises ``ell(w) = (1/n) sum_i log(1 + exp(-y_i <x_i, w>)) + (ridge/2)||w||^2``
-  (the objective of ``dpjax.glm.logistic_loss``, ``spec-newton.md`` sections 1
-  and 5.4) on the host, in float64, with a stable softplus.
+  (the objective of ``dpjax.glm.logistic_loss``, the one Ganesh et al. 2023
+  measure in Sec. 6) on the host, in float64, with a stable softplus.
 
   * Singular Hessians (zero or duplicate columns, ``d > n``): each Newton step
     is solved in an orthonormal basis of the row space of ``x``. The loss
@@ -273,7 +273,7 @@ def _separable_error(steps: int, w: np.ndarray) -> ValueError:
 
 
 def excess_loss(w: jax.Array, x: jax.Array, y: jax.Array, loss_star: Any) -> jax.Array:
-  """``logistic_loss(w, x, y) - loss_star``, the benchmark metric (spec 5.4).
+  """``logistic_loss(w, x, y) - loss_star``, the benchmark metric (the excess loss).
 
   A pure jnp function: works under ``jit`` and ``vmap`` (e.g. over a batch of
   ``w``). Only static shape checks run here; validate the data once with

@@ -1,7 +1,7 @@
 """The eigenvalue modification Psi_lambda of the double-noise Newton method.
 
-Ganesh, Haghifam, Steinke, Thakurta (NeurIPS 2023), Definition 5.4; spec
-``spec-newton.md`` section 4.1. For a symmetric PSD matrix
+Ganesh, Haghifam, Steinke, Thakurta (NeurIPS 2023, arXiv:2305.13209),
+Definition 5.4. For a symmetric PSD matrix
 ``A = sum_i lambda_i u_i u_i^T``:
 
 * ``Psi_lam(A, "clip") = sum_i max(lam, lambda_i) u_i u_i^T`` (one ``eigh``);

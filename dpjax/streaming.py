@@ -3,16 +3,17 @@
 ``dpjax.fit(data, algorithm, batch_size=b, ...)`` with ``algorithm`` in
 :data:`ALGORITHMS` streams the data once, in a random (public, seeded) order,
 in minibatches of ``b`` examples: step ``t`` gets fresh examples that no
-earlier or later step sees (``spec-online-to-batch.md`` section 1.1). The
+earlier or later step sees (the single-pass setting of
+Zhang, Tran & Cutkosky, NeurIPS 2022, arXiv:2210.06593). The
 algorithms:
 
 * ``"otb"``: :func:`dpjax.transforms.online_to_batch` around
-  :func:`dpjax.online.ogd` (AdaGrad-norm step, spec 2.1), ``k = 1``;
-* ``"otb-optimistic"``: around :func:`dpjax.online.optimistic_ogd` (spec 2.2);
+  :func:`dpjax.online.ogd` (AdaGrad-norm step), ``k = 1``;
+* ``"otb-optimistic"``: around :func:`dpjax.online.optimistic_ogd` (their Sec. 3);
 * ``"otb-strongly-convex"``: around :func:`dpjax.online.strongly_convex_ogd`
-  (spec 2.3; needs ``mu``, the strong convexity of the population loss);
+  (their Sec. 4; needs ``mu``, the strong convexity of the population loss);
 * ``"otb-parameter-free"``: around :func:`dpjax.online.kt_betting`, ``k = 3``
-  (spec 2.4);
+  (their parameter-free variant);
 * ``"single-pass-dp-sgd"``: :func:`dpjax.transforms.single_pass_dp_sgd`, each
   example used once, so the whole pass costs ``rho`` (parallel composition);
 * ``"dp-ftrl"``: :func:`dpjax.transforms.dp_ftrl`, tree noise (Kairouz et al.
@@ -27,7 +28,7 @@ radius + label_bound, H = 1``; the diameter is ``D = 2 radius``.
 
 **Privacy.** Every noise scale comes from a clip norm that per-example
 clipping enforces, whatever the data: for online-to-batch the difference
-clip ``C_0 = k G + (k + 1) D H`` (spec 1.4, :func:`dpjax.transforms.
+clip ``C_0 = k G + (k + 1) D H`` (derived in :func:`dpjax.transforms.
 online_to_batch.difference_clip_bound`), which leaves data meeting the
 contract unclipped; for the baselines the gradient clip ``C = G``. The
 neighbouring relation is one example (zero-out by default; ``neighbouring=
@@ -98,7 +99,7 @@ LOSSES = minibatch.GLM_LOSSES
 DEFAULT_RADIUS = 1.0
 DEFAULT_LABEL_BOUND = 1.0
 
-# The weight exponent k of each conversion (spec 2.4: k = 3 for parameter-free).
+# The weight exponent k of each conversion (k = 3 for parameter-free, as in Zhang et al. 2022).
 _DEFAULT_K = {"otb": 1.0, "otb-optimistic": 1.0, "otb-strongly-convex": 1.0,
               "otb-parameter-free": 3.0}
 # Output when `average` is not given: the conversion's output x_T is already

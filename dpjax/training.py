@@ -1,8 +1,9 @@
 """A whole private training run, compiled: ``dpjax.fit`` (module ``dpjax.training``).
 
-``fit(data, algorithm, ...)`` runs DP-GD (``spec-newton.md`` section 2.1),
-curvature-preconditioned DP-GD (``research-preconditioning.md`` section 6),
-one of the four double-noise Newton variants (Algorithm 3, sections 4.2-4.3),
+``fit(data, algorithm, ...)`` runs DP-GD, curvature-preconditioned DP-GD
+(:func:`dpjax.transforms.dp_precond_gd`), one of the four double-noise Newton
+variants (Ganesh et al. NeurIPS 2023, arXiv:2305.13209, Algorithm 3 and
+Sec. 5.2),
 or ``"auto"`` (:mod:`dpjax.auto`: the method and its settings chosen from
 public quantities only) on a logistic-regression dataset, ``repeats`` times with independent noise,
 and reports the excess loss against the exact non-private optimum
@@ -79,15 +80,15 @@ INITS = ("zeros", "random-unit")
 AVERAGES = averaging.AVERAGES
 
 # The output of each algorithm when `average` is not given: precond-gd returns
-# the mean of the last half of its iterates (research-preconditioning.md
-# section 6), the paper's algorithms their final iterate.
+# the mean of the last half of its iterates (the best output in our tuning,
+# benchmarks/results/privacy_utility_frontier.md), the paper's algorithms their final iterate.
 _DEFAULT_AVERAGE = {"precond-gd": "last-half"}
 
 # Public divergence bound on ||w_t||: a constant, never derived from w* or the
 # data. See `fit` for why 1e4 never fires on a sane run.
 DEFAULT_GUARD_RADIUS = 1e4
 
-# The ridge of the reference code's w* (spec 5.4), used only when the data is
+# The ridge of the reference code's w* (its `reg`), used only when the data is
 # (quasi-)separable and the plain mean loss has no minimiser (e.g. w8a).
 SEPARABLE_RIDGE = 1e-9
 
@@ -247,7 +248,7 @@ def optimum_loss(x: Any, y: Any) -> tuple[float, float]:
   Calls :func:`dpjax.solve.logistic_optimum` (float64 Newton). If the data is
   (quasi-)separable the plain mean loss has no minimiser, and that raises
   ``ValueError``; then the optimum of the ridge objective with
-  ``ridge = SEPARABLE_RIDGE`` (1e-9, the reference code's ``reg``, spec 5.4)
+  ``ridge = SEPARABLE_RIDGE`` (1e-9, the reference code's ``reg`` for w*)
   is used instead, and its loss *without* the ridge term is returned. Results
   are cached per dataset (by content hash) within the process.
 
@@ -333,13 +334,13 @@ def fit(
   """Runs a private algorithm ``repeats`` times in one compiled call.
 
   Algorithms (``ALGORITHMS``): ``"dp-gd"`` is
-  :func:`dpjax.transforms.dp_gd` (spec 2.1); ``"precond-gd"`` is
+  :func:`dpjax.transforms.dp_gd`; ``"precond-gd"`` is
   :func:`dpjax.transforms.dp_precond_gd`, whose curvature (the Hessian at the
   current iterate, ``X^T X / (4n)`` at ``w = 0``) is computed only on its
   release steps (step 0, and every ``refresh_every`` steps if given);
   ``"hess-clip"``, ``"hess-add"``, ``"qu-clip"`` and ``"qu-add"`` are
   :func:`dpjax.transforms.dp_newton` with ``curvature`` ``"hessian"``/``"qu"``
-  and ``modification`` ``"clip"``/``"add"`` (Algorithm 3, spec 4.2-4.3;
+  and ``modification`` ``"clip"``/``"add"`` (Algorithm 3 and Sec. 5.2;
   adaptive private lambda by default). Each transform gets ``n``, the total
   ``rho`` and ``steps``; ``algorithm_options`` are forwarded to it (e.g.
   ``learning_rate`` for DP-GD; ``kappa``, ``curvature_frac``,
@@ -380,7 +381,7 @@ def fit(
   otherwise. The final iterate's excess loss is reported either way.
 
   **Privacy budget.** Exactly one of ``epsilon`` and ``rho``. ``delta``
-  defaults to ``n**-2`` (spec 1). ``epsilon`` is converted to zCDP with
+  defaults to ``n**-2`` (as in Ganesh et al. 2023, Sec. 6). ``epsilon`` is converted to zCDP with
   ``accounting.epsilon_to_zcdp(epsilon, delta, accounting)``; with ``rho``
   given, the reported epsilon is ``zcdp_to_epsilon(rho, delta, accounting)``.
   The default ``"gaussian"`` conversion is exact here, not just a bound: every

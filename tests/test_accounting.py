@@ -57,7 +57,7 @@ def test_worked_values_at_delta_1e8(method, eps, expected):
   assert epsilon_to_zcdp(eps, 1e-8, method) == pytest.approx(expected, rel=1e-4)
 
 
-# ecosystem.md section 3.2 table: rho, delta, Bun-Steinke, CKS, alpha*, exact Gaussian.
+# Independently computed epsilons: rho, delta, Bun-Steinke, CKS, alpha*, exact Gaussian.
 _TABLE = [
     ("0.001", "1e-5", "0.2156", "0.1573", "85.1", "0.1417"),
     ("0.01", "1e-5", "0.6886", "0.5457", "29.5", "0.4970"),
@@ -121,7 +121,7 @@ def test_round_trip_grid(method):
 @pytest.mark.parametrize("n", [6400, 10_000, 50_000])
 def test_small_epsilon_regression_no_start_point(method, n):
   # The reference code's fsolve(x0=0.001) returned rho = 1e-3 (5e-3 in the
-  # Feb-2023 code) unchanged for every eps <= ~0.12 (spec-newton.md section 1).
+  # Feb-2023 code) unchanged for every eps <= ~0.12 (a failed root search).
   delta = float(n) ** -2
   eps_grid = np.round(np.arange(1, 31) * 0.01, 2)
   rhos = np.array([epsilon_to_zcdp(e, delta, method) for e in eps_grid])

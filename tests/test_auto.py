@@ -1,4 +1,4 @@
-"""Tests for dpjax.auto and ``dpjax.fit(..., "auto")``: tuning-free defaults (issue 5)."""
+"""Tests for dpjax.auto and ``dpjax.fit(..., "auto")``: tuning-free defaults."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of dpjax.baselines: the Fig. 2 / Fig. 3 baselines (spec-newton.md 2.3-2.6, 7)."""
+"""Tests of dpjax.baselines: the Fig. 2 / Fig. 3 baselines (Ganesh et al. NeurIPS 2023, Sec. 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of the private cubic-regularised Newton method (spec-newton.md section 3)."""
+"""Tests of the private cubic-regularised Newton method (Ganesh et al. NeurIPS 2023, Algorithms 1-2)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ CONSTS = l2_logistic_constants(MU, RADIUS)._asdict()
 
 
 def _formula(n, rho_t, d, l0, l1, l2, radius):
-  """Spec 3 (corrected): N and sigma^2, written out independently of the module."""
+  """Algorithm 2 (with the n^2 restored): N and sigma^2, written out independently of the module."""
   dd = 2 * radius
   b, a = l0 + l1 * dd, l0 + l1 * dd + l2 * dd**2
   big_n = math.ceil(2 * rho_t * a**2 * n**2 / (b**2 * d))

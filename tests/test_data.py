@@ -1,4 +1,4 @@
-"""Tests for dpjax.data (spec-newton.md sections 1, 5.1-5.3)."""
+"""Tests for dpjax.data (the data contract, the reference preprocessing, synthetic data)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for dpjax.transforms.dp_gd: full-batch DP-GD (spec-newton.md 2.1)."""
+"""Tests for dpjax.transforms.dp_gd: full-batch DP-GD."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for dpjax.transforms.dp_newton: Algorithm 3 (spec-newton.md 4.2, 4.3)."""
+"""Tests for dpjax.transforms.dp_newton: Algorithm 3 of Ganesh et al. (NeurIPS 2023)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def rel(a, b):
 
 
 # ----------------------------------------------------------------------------
-# Worked numbers of spec 4.3 (n = 1e4, rho = 0.0143935, T = 5).
+# Worked numbers of the adaptive lambda (n = 1e4, rho = 0.0143935, T = 5).
 # ----------------------------------------------------------------------------
 
 
@@ -66,7 +66,7 @@ def test_fixed_lambda_budget_has_no_trace_part():
 
 @pytest.mark.parametrize("jit", [True, False])
 def test_worked_numbers_through_the_transform(jit):
-  """Noise off, a true trace of 0.2: lambda = 1.08763e-2 (spec 4.3)."""
+  """Noise off, a true trace of 0.2: lambda = 1.08763e-2 (computed outside dpjax)."""
   n, d = 10_000, 4
   h = jnp.diag(jnp.array([0.1, 0.05, 0.03, 0.02]))
   tx = dp_newton(n=n, rho=0.0143935, steps=5, key=0, disable_noise_for_testing=True)
@@ -103,7 +103,7 @@ def test_direction_sensitivity_bounds_the_inverse_change(modification):
   """||Psi(H)^-1 - Psi(H + c x x^T / n)^-1||_op <= s(lam) on random instances.
 
   For add this is Sherman-Morrison (and tight at H = 0); for clip it checks the
-  paper's claimed constant (spec 4.2) numerically, near the clip threshold.
+  paper's claimed constant (Algorithm 3) numerically, near the clip threshold.
   """
   rng = np.random.default_rng(0)
   n, d, k = 50, 3, 3000
@@ -457,7 +457,7 @@ def _run_no_noise(curvature, modification, w0s, steps):
 def test_no_noise_newton_converges(curvature, modification, x64):
   """Every variant: excess < 1e-8 from zeros in 10 steps; QU also from ||w0|| = 50.
 
-  (The plain Hessian variants are only locally convergent, spec 4.4: from the
+  (The plain Hessian variants are only locally convergent, Ganesh et al. Sec. 5.3: from the
   far start they need not converge, so only QU is asserted there.)
   """
   _, _, loss_star = _synthetic64()

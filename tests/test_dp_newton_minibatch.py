@@ -1,4 +1,4 @@
-"""Tests for dpjax.transforms.dp_newton_minibatch: the minibatch double-noise Newton (spec-newton.md 4.5).
+"""Tests for dpjax.transforms.dp_newton_minibatch: minibatch double-noise Newton (Ganesh et al., Fig. 4).
 
 Kept cheap (CI runs the whole suite on 2 cores): XLA compilation dominates, so
 each transform program is compiled once and shared (module-scoped fixtures),
@@ -50,7 +50,7 @@ def _scan(tx, w0, x, y, steps, state0=None):
 
 
 # ----------------------------------------------------------------------------
-# Sensitivity (spec 4.5).
+# Sensitivity.
 # ----------------------------------------------------------------------------
 
 
@@ -72,7 +72,7 @@ def test_sensitivity_formulas_match_spec(b_h, lam):
 
 
 def _psi_solve(h, g, lam, modification):
-  """Psi_lam(h)^{-1} g in float64 numpy (spec 4.1)."""
+  """Psi_lam(h)^{-1} g in float64 numpy (Definition 5.4)."""
   if modification == "add":
     return np.linalg.solve(h + lam * np.eye(h.shape[0]), g)
   evals, evecs = np.linalg.eigh(h)

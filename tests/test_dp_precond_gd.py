@@ -1,4 +1,4 @@
-"""Tests for dpjax.transforms.dp_precond_gd: PDPGD (issue 5, research note section 6)."""
+"""Tests for dpjax.transforms.dp_precond_gd: PDPGD (curvature-preconditioned DP-GD)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""dpjax.transforms.dp_sgd: Poisson-subsampled DP-SGD with an RDP accountant (spec-newton.md 2.2).
+"""dpjax.transforms.dp_sgd: Poisson-subsampled DP-SGD with an RDP accountant (Abadi et al. 2016).
 
 Covers the per-example clip bound (batch of one, outliers), the noise scale
 (statistical, fixed seed), GLM path == generic loss_fn path, the Poisson

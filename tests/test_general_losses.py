@@ -1,7 +1,8 @@
 """dp_newton (curvature_structure="general", add) and dp_gd on general convex losses.
 
-Spec-newton.md 4.6: the no-noise limits converge to the exact optimum of each
-shipped non-logistic loss; clip is refused for general losses; the noise
+The general losses of Ganesh et al. (NeurIPS 2023), Remark 5.5. Checked: the
+no-noise limits converge to the exact optimum of each shipped non-logistic
+loss; clip is refused for general losses; the noise
 stds follow from the stated sensitivities L0/n, sqrt(d) L1/n (trace) and
 L1/(n lam^2) (direction).
 """
@@ -72,8 +73,8 @@ def test_no_noise_newton_general_add_converges(name, x64):
   """dp_newton(add, general), no noise, 10 steps: relative excess < 1e-9.
 
   Hessian SOI from w = 0 (l2_logistic, poisson). Pseudo-Huber with outliers:
-  the Hessian variant converges from near w* but not from 0 (spec 4.4, local
-  convergence; asserted, so a change of behaviour is noticed), the QU SOI
+  the Hessian variant converges from near w* but not from 0 (local convergence
+  only; asserted, so a change of behaviour is noticed), the QU SOI
   (IRLS majoriser) converges from 0.
   """
   _, _, _, w_star, f_star = _problem(name)

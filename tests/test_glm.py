@@ -112,7 +112,7 @@ def test_float32_accumulation_matches_float64(x64, curvature):
 
 
 def test_qu_is_a_global_quadratic_upper_bound(x64):
-  # f(v + D) <= f(v) + <g, D> + D^T H_qu(v) D / 2 (spec section 1) at random
+  # f(v + D) <= f(v) + <g, D> + D^T H_qu(v) D / 2 (Ganesh et al. 2023, Lemma 5.1) at random
   # points and directions of widely varying size, in float64.
   w, x, y = _data(n=50, d=4, dtype=np.float64, seed=1)
   rng = np.random.default_rng(2)
@@ -265,7 +265,7 @@ def test_coefficients_finite_for_huge_margins(x64, dtype):
 
 
 def test_coefficients_bounded_by_quarter_and_ordered():
-  # Both are <= 1/4 (L1 = 1/4, spec section 1) and c_hess <= c_qu.
+  # Both are <= 1/4 (L1 = 1/4) and c_hess <= c_qu.
   z = jnp.linspace(-50, 50, 2001)
   h, q = glm.hessian_coefficient(z), glm.qu_coefficient(z)
   assert float(jnp.max(h)) <= 0.25 and float(jnp.max(q)) <= 0.25

@@ -1,4 +1,4 @@
-"""dpjax.online_to_batch: invariants (spec 4.5 test 9), clipping, noise reaching the learner, accounting, errors."""
+"""dpjax.online_to_batch: invariants, clipping, noise reaching the learner, accounting, errors."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def test_average_is_the_beta_weighted_mean_of_the_plays(jit, k):
 @pytest.mark.parametrize("path", ["glm", "generic"])
 @pytest.mark.parametrize("k", [1.0, 3.0])
 def test_noiseless_deterministic_sum_is_the_gradient_at_x_t(path, k):
-  """g_t = beta_t grad L(x_t): the learner sees the mean gradient at x_t (spec 4.5 test 9)."""
+  """g_t = beta_t grad L(x_t): the learner sees the mean gradient at x_t (telescoping)."""
   x, y = _data(3)
   steps = 12
   kw = {"loss": "logistic"} if path == "glm" else {"loss_fn": _logistic}

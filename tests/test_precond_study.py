@@ -1,9 +1,9 @@
-"""Issue 5 acceptance: precond-gd reproduces the research note's numbers.
+"""precond-gd reproduces the numbers of an earlier, independent prototype of the method.
 
-``research-preconditioning.md`` section 3c, the "PDPGD (noisy H(0) precond.,
-avg)" rows: exact Gaussian rho at delta = n^-2, start at 0, 3% of rho on
-the one release of X^T X / (4n), and the note's tuned kappa = 6. Means of
-20 fresh repeats must be within +-15% of the note's (its own s.e. is 2-3%).
+The prototype (float64 JAX, written separately from dpjax) ran with exact
+Gaussian rho at delta = n^-2, start at 0, 3% of rho on the one release of
+X^T X / (4n), and its tuned kappa = 6. Means of 20 fresh repeats must be
+within +-15% of the prototype's (its own s.e. is 2-3%).
 The LIBSVM cells skip when the shared data is absent (CI has it).
 
 The float64 optimum ``loss_star`` of each dataset (``training.optimum_loss``,
@@ -21,7 +21,7 @@ from conftest import known_optima, load_benchmark, shared_data_file
 import dpjax
 from dpjax import training as fit_lib
 
-# (dataset, epsilon, m, average, the note's mean of 20 fresh repeats)
+# (dataset, epsilon, m, average, the prototype's mean of 20 fresh repeats)
 CELLS = [
     ("a1a.t", 1.0, 160, "last-half", 0.005289),
     ("synthetic", 10.0, 40, "last-half", 0.0001564),
@@ -36,7 +36,7 @@ def test_reproduces_the_research_note(name, epsilon, m, average, reference):
   data_dir = harness.DEFAULT_DATA_DIR if spec.file is None else shared_data_file(spec.file).parent
   if spec.file is None:
     ds = harness.load_dataset(name, data_dir)
-  else:  # the note used the paper's preprocessing, which is not private
+  else:  # the prototype used the paper's preprocessing, which is not private
     with pytest.warns(dpjax.PrivacyLeakWarning):
       ds = harness.load_dataset(name, data_dir)
   with known_optima():
@@ -45,4 +45,4 @@ def test_reproduces_the_research_note(name, epsilon, m, average, reference):
   assert res.delta == 1.0 / ds.x.shape[0] ** 2 and res.curvature_evaluations == 1
   assert res.excess_loss_mean == pytest.approx(reference, rel=0.15), (
       f"{name} eps={epsilon} m={m}: {res.excess_loss_mean:.4g} +- {res.excess_loss_se:.2g} "
-      f"against the note's {reference}")
+      f"against the prototype's {reference}")

@@ -403,7 +403,7 @@ def test_calibration_hits_target(eps, steps, rates, ratios, overflow):
 
 
 def test_calibration_reference_and_monotone():
-  # ecosystem.md 3.3: dp-accounting's RDP (default grid) gives 1.527 here.
+  # Google's dp-accounting RdpAccountant (default orders) gives 1.527 here.
   z = calibrate_noise_multiplier(1.0, DELTA, steps=976, sampling_rates=1024 / 100_000)
   assert z == pytest.approx(1.527, rel=5e-3)
   acc = dpa.rdp.RdpAccountant(orders=list(RDP_ORDERS))

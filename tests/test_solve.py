@@ -1,4 +1,4 @@
-"""Tests for dpjax.solve (spec-newton.md section 5.4)."""
+"""Tests for dpjax.solve (the exact optimum and the excess loss)."""
 
 from __future__ import annotations
 

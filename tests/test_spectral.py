@@ -144,7 +144,7 @@ def test_round_off_negative_eigenvalues(jit, x64):
     ("clip", lambda n, lam: 1.0 / (4 * n * lam**2 - lam)),
 ])
 def test_inverse_sensitivity_bound(mode, bound, x64):
-  """||Psi(H)^-1 - Psi(H')^-1||_op <= the spec 4.2 constants for a rank-1 neighbour."""
+  """||Psi(H)^-1 - Psi(H')^-1||_op <= Algorithm 3's constants for a rank-1 neighbour."""
   rng = np.random.default_rng(5)
   n, d, trials = 50, 4, 400
   hs, h2s, lams = [], [], []

@@ -214,7 +214,7 @@ def test_optimum_loss_is_cached(small, monkeypatch):
 
 
 def test_w8a_hess_clip_eps10_stays_finite(monkeypatch):
-  # The reference code's loss overflowed to inf here (reference-measurements 4.1).
+  # The reference code's loss (log1p(exp(-margin))) overflowed to inf here (T = 5).
   with pytest.warns(dpjax.PrivacyLeakWarning):  # the paper's (non-private) preprocessing
     ds = data.load_libsvm(shared_data_file("w8a.bz2"), preprocess="paper")
   # Skip the 8 s float64 optimum (w8a is separable: ridge 1e-9 gives this loss);
@@ -395,7 +395,7 @@ def test_timing_runs_keeps_results(small):
 
 
 # ----------------------------------------------------------------------------
-# precond-gd and averaging inside fit (issue 5).
+# precond-gd and averaging inside fit.
 # ----------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""One registry of dpjax transforms, one optax-conformance suite (ecosystem.md 1.7)."""
+"""One registry of dpjax transforms, one optax-conformance suite (as optax's own alias_test.py)."""
 
 from __future__ import annotations
 

@@ -1,32 +1,32 @@
 """Differentially private optimizers as optax transforms.
 
-* :func:`dp_gd`: full-batch DP gradient descent (``spec-newton.md`` 2.1);
+* :func:`dp_gd`: full-batch DP gradient descent (the baseline of Ganesh et al. 2023, Sec. 6);
 * :func:`dp_precond_gd`: DP-GD preconditioned by a privately released
   curvature matrix, eigen-clipped at a noise-aware floor
-  (``research-preconditioning.md`` section 6); its budget split is
+  (a dpjax method); its budget split is
   :func:`precond_budget` and its preconditioner :func:`clipped_inverse`;
 * :func:`dp_newton`: the double-noise Newton method, Algorithm 3 of Ganesh et
   al. (NeurIPS 2023), with a fixed or an adaptive private minimum eigenvalue
-  (``spec-newton.md`` 4.2, 4.3); its privacy arithmetic lives in the pure
+  (Sec. 5.1-5.2); its privacy arithmetic lives in the pure
   functions :func:`newton_budget`, :func:`direction_sensitivity` and
   :func:`adaptive_min_eigenvalue`;
-* :func:`dp_newton_minibatch`: its minibatch variant (``spec-newton.md``
-  4.5): independent Poisson samples for the gradient and the curvature, two
+* :func:`dp_newton_minibatch`: its minibatch variant (Sec. 6, Fig. 4 of the
+  same paper): independent Poisson samples for the gradient and the curvature, two
   subsampled Gaussian mechanisms per step on the RDP accountant
   (:func:`minibatch_noise_multipliers` calibrates them);
 * :func:`online_to_batch`: the DP online-to-batch conversion of Zhang, Tran
   and Cutkosky (NeurIPS 2022) around any online learner, with tree noise
-  (``spec-online-to-batch.md`` section 1);
+  (their Algorithm 1);
 * :func:`dp_ftrl` and :func:`single_pass_dp_sgd`: the single-pass baselines
   the conversion is compared with (tree-noised FTRL; DP-SGD with each example
   used once);
 * :func:`cubic_newton`: the private cubic-regularised Newton method,
   Algorithms 1-2 of Ganesh et al. (NeurIPS 2023), for strongly convex losses
-  on a ball (``spec-newton.md`` section 3); its calibration is
+  on a ball (Sec. 4 there); its calibration is
   :func:`cubic_solver_calibration` and :func:`l2_logistic_constants` gives
   the constants of the L2-regularised logistic loss;
 * :func:`dp_sgd`: DP-SGD with Poisson subsampling, per-example clipping and
-  an RDP accountant (``spec-newton.md`` 2.2);
+  an RDP accountant (Abadi et al. CCS 2016; Mironov 2017);
 * :func:`tail_average`: averages the last iterates of any of them (free
   post-processing); read the result with :func:`averaged_params`.
 """

@@ -17,8 +17,9 @@ not: it reads ``params`` and the (already private) ``updates``.
 
 Averaging the tail of noisy gradient descent cancels part of the noise
 around the optimum while discarding the early, biased iterates
-(``research-preconditioning.md`` section 6: "return the mean of the last
-half of the iterates; the last quarter is within noise of it").
+(in our runs the mean of the last half of the iterates did best, and the
+last quarter was within noise of it; see
+``benchmarks/results/privacy_utility_frontier.md``).
 """
 
 from __future__ import annotations

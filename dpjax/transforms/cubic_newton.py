@@ -1,8 +1,8 @@
 """The private cubic-regularised Newton method (Algorithms 1-2) as an optax transform.
 
 Ganesh, Haghifam, Steinke, Thakurta (NeurIPS 2023, arXiv 2305.13209),
-Section 4, Algorithms 1 (meta) and 2 (DPSolver), Theorem 4.2;
-``spec-newton.md`` section 3. The loss is assumed, per example and on the
+Section 4, Algorithms 1 (meta) and 2 (DPSolver), Theorem 4.2. The loss is
+assumed, per example and on the
 ball ``W = B(center, D/2)`` of diameter ``D = 2 radius``:
 
 * ``L0``-Lipschitz (``lipschitz``), ``L1``-smooth (``smoothness``),
@@ -23,8 +23,8 @@ and runs DPSolver (Algorithm 2) on the cubic upper model (Nesterov-Polyak
 ``grad phi_t(theta) = g + H (theta - w_t) + (L2/2) ||theta - w_t|| (theta - w_t)``;
 
 then ``w_{t+1} = sum_{i=1}^{N} 2i / (N (N+1)) theta_i`` (weights summing to
-1; the extracted paper text sums ``i = 0..N-1``, whose weights add up to
-``(N-1)/(N+1)``; spec 3 asks for this normalised, Lacoste-Julien et al.
+1; Algorithm 2 as printed sums ``i = 0..N-1``, whose weights add up to
+``(N-1)/(N+1)``; dpjax uses this normalised, Lacoste-Julien, Schmidt & Bach
 2012 style, average; it is kept as a running average, exactly a convex
 combination, so ``w_{t+1} in W``).
 
@@ -51,8 +51,8 @@ the noise variance (zero-out)
 
 ``sigma^2 = N (L0 + L1 D)^2 / (2 rho_t n^2)``
 
-(spec 3: the extracted paper formula ``N (L0 + L1 D)^2 / (2 rho_t)`` lost
-the ``n^2``; this is the derived, corrected form), and ``sigma^2 = N (2 L0 +
+(the formula ``N (L0 + L1 D)^2 / (2 rho_t)`` of the paper's Algorithm 2 as
+we read it lacks the ``n^2``; this is the form derived above), and ``sigma^2 = N (2 L0 +
 L1 D)^2 / (2 rho_t n^2)`` under replace-one. The inner step count of
 Algorithm 2 is, under both relations,
 
@@ -126,7 +126,7 @@ class LossConstants(NamedTuple):
 
 
 class CubicSolverCalibration(NamedTuple):
-  """DPSolver's privacy calibration for one outer step (Python numbers; spec 3)."""
+  """DPSolver's privacy calibration for one outer step (Python numbers; Algorithm 2)."""
 
   inner_steps: int  # N = ceil(2 rho_t (L0 + L1 D + L2 D^2)^2 n^2 / ((L0 + L1 D)^2 d)).
   noise_std: float  # sigma = sqrt(N) Delta / sqrt(2 rho_t).
@@ -203,7 +203,7 @@ def cubic_solver_calibration(
     radius: float,
     neighbouring: str = "zero-out",
 ) -> CubicSolverCalibration:
-  """Inner step count and noise of DPSolver (Algorithm 2, spec 3, corrected).
+  """Inner step count and noise of DPSolver (Ganesh et al. 2023, Algorithm 2, corrected).
 
   With ``D = 2 radius``, ``B = L0 + L1 D`` and ``A = L0 + L1 D + L2 D^2``:
 
@@ -215,7 +215,7 @@ def cubic_solver_calibration(
   * ``sigma = gaussian_sigma(Delta, rho_t / N)``, i.e.
     ``sigma^2 = N (n Delta)^2 / (2 rho_t n^2)``: ``N`` Gaussian mechanisms of
     sensitivity ``Delta`` compose to ``rho_t`` (Bun & Steinke 2016,
-    Prop. 1.6, Lemma 2.3). The paper's text drops the ``n^2`` (spec 3).
+    Prop. 1.6, Lemma 2.3). The paper's Algorithm 2 drops the ``n^2``.
 
   Args:
     n: number of examples (public).
@@ -330,7 +330,7 @@ def cubic_newton(
     disable_noise_for_testing: bool = False,
     unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
-  """Private cubic-regularised Newton (Algorithms 1-2 of Ganesh et al. 2023; spec 3).
+  """Private cubic-regularised Newton (Ganesh et al. NeurIPS 2023, Sec. 4, Algorithms 1-2).
 
   ``update(g, state, params, *, curvature_matrix=H)`` takes the exact mean
   gradient ``g`` and mean Hessian ``H`` of the loss at ``params = w_t`` (a

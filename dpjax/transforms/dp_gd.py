@@ -1,6 +1,6 @@
-"""Full-batch DP-GD as an optax transform (``spec-newton.md`` section 2.1).
+"""Full-batch DP-GD as an optax transform (the baseline of Ganesh et al. NeurIPS 2023, Sec. 6).
 
-Update (spec 2.1, with ``eta = 1/L1 = 4`` for the logistic loss):
+Update (with ``eta = 1/L1 = 4`` for the logistic loss, as in the paper's experiments):
 
 ``w_{t+1} = w_t - eta (grad l(w_t) + N(0, s^2 I_d))``,
 ``s = (L0 / n) / sqrt(2 rho_t)``.
@@ -67,7 +67,7 @@ def dp_gd(
     disable_noise_for_testing: bool = False,
     unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
-  """Full-batch DP gradient descent (``spec-newton.md`` section 2.1).
+  """Full-batch DP gradient descent (Ganesh et al. 2023, Sec. 6 baseline).
 
   ``update(g, state)`` takes the MEAN gradient ``g`` over the ``n`` examples and
   returns ``-learning_rate * (g + N(0, s^2 I))`` with
@@ -146,7 +146,7 @@ def dp_gd(
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
   exact = _common.exact_noise(unsafe_float_noise, "dp_gd")
 
-  # The one place where the DP-GD noise scale is derived (spec 2.1): sensitivity f L0 / n.
+  # The one place where the DP-GD noise scale is derived: sensitivity f L0 / n.
   sensitivity = factor * grad_norm_bound / n
   sigma = accounting.gaussian_sigma(sensitivity, rho_step)
   used_sigma = 0.0 if no_noise else sigma

@@ -1,12 +1,12 @@
 """The double-noise Newton method (Algorithm 3) as an optax transform.
 
 Ganesh, Haghifam, Steinke, Thakurta (NeurIPS 2023, arXiv 2305.13209),
-Algorithm 3; ``spec-newton.md`` sections 4.1-4.3. One step at ``w_t``, with
+Algorithm 3, Definition 5.4 and Sec. 5.2. One step at ``w_t``, with
 the mean gradient ``g`` and the mean second-order information (SOI) matrix
 ``H`` (the Hessian or the quadratic upper bound "QU"):
 
 1. ``g~ = g + N(0, sigma_g^2 I)``, ``sigma_g = (f_g L0/n) / sqrt(2 rho_grad)``;
-2. adaptive lambda only (spec 4.3): ``tr~ = tr(H) + N(0, sigma_tr^2)``,
+2. adaptive lambda only (Sec. 5.2): ``tr~ = tr(H) + N(0, sigma_tr^2)``,
    ``sigma_tr = (L1/n) / sqrt(2 rho_trace)``, and
    ``lam = max((c max(0, tr~) / (n^2 rho_direction))^(1/3), 4 L1/n)``;
 3. ``w_{t+1} = w_t - Psi_lam(H)^{-1} g~ + N(0, (||g~|| s(lam))^2 / (2 rho_direction) I)``.
@@ -31,10 +31,10 @@ the default): with ``||x_i|| <= 1`` every per-example gradient has norm
   ``Psi_lam(H)^{-1} g~`` moves by at most ``||g~|| s(lam)``. Zero-out moves
   ``H`` by a rank-1 PSD term of norm ``<= L = L1/n``, and
 
-  * add: ``s = L / (lam (lam + L))`` by Sherman-Morrison (spec 4.2,
-    re-derived);
-  * clip: ``s = L / (lam (lam - L))``, the paper's claim (its proof is in
-    the appendix, spec 4.2); it needs ``lam > L``.
+  * add: ``s = L / (lam (lam + L))`` by Sherman-Morrison (derived here,
+    and equal to the paper's constant);
+  * clip: ``s = L / (lam (lam - L))``, the paper's claim (Algorithm 3; its
+    proof is in the paper's appendix); it needs ``lam > L``.
 
   Replace-one: let ``M = H0 + lam I`` with ``H0`` the mean SOI with the null
   row in the replaced place (PSD, so ``M >= lam I``), and ``H = H0 + A/n``,
@@ -52,8 +52,8 @@ mechanisms are ``rho_grad``-, ``rho_trace``- and ``rho_direction``-zCDP and
 compose to ``rho_step`` per step (Bun & Steinke 2016, Prop. 1.6 and Lemma 2.3);
 with a fixed lambda there is no trace query and ``rho_trace = 0``.
 
-General convex losses (``curvature_structure="general"``, spec 4.6, Remark
-5.5). The caller clips every example's gradient to L2 norm ``<= L0`` and
+General convex losses (``curvature_structure="general"``, Ganesh et al.
+2023, Remark 5.5). The caller clips every example's gradient to L2 norm ``<= L0`` and
 every example's Hessian ``H_i`` (PSD, each example's loss being convex in
 ``w``; clipping scales it, so it stays PSD) to Frobenius norm ``<= L1``
 (``curvature_norm="frobenius"``) or operator norm ``<= L1``
@@ -66,7 +66,7 @@ with ``n`` public:
   bounds the operator norm), and both ``H, H'`` are PSD, so
   ``(H + lam I)^{-1} - (H' + lam I)^{-1} = (H + lam I)^{-1} (H' - H) (H' + lam I)^{-1}``
   has operator norm ``<= L1 / (n lam^2)``: add's direction sensitivity is
-  ``s = L1 / (n lam^2)`` (spec 4.6). Replace-one: the operator-monotone
+  ``s = L1 / (n lam^2)``. Replace-one: the operator-monotone
   argument above (``P, P'`` PSD of norm ``<= s``) keeps ``s``; so does
   ``||H_i - H_i'||_op <= L1`` (lemma 3 of :mod:`dpjax._neighbouring`) in the
   identity. Clip has no proof for a general ``H_i`` and is refused;
@@ -122,7 +122,7 @@ __all__ = [
 CURVATURE_STRUCTURES = ("rank_one", "general")
 
 # The adaptive floor is FLOOR_FACTOR * L1 / n (= 1/n for logistic regression,
-# the Jul-2023 reference value, spec 4.3 step 5); any factor > 1 keeps clip valid.
+# the value of the authors' Jul-2023 reference code); any factor > 1 keeps clip valid.
 _FLOOR_FACTOR = 4.0
 
 
@@ -157,9 +157,9 @@ def newton_budget(
 ) -> NewtonBudget:
   """Splits one step's budget between gradient, trace and direction.
 
-  Spec 4.3 step 1 (adaptive): ``rho_grad = gamma rho_t``,
+  Adaptive (the split of the authors' reference code): ``rho_grad = gamma rho_t``,
   ``rho_trace = tau (1 - gamma) rho_t``, ``rho_direction = (1 - tau)(1 - gamma) rho_t``.
-  Spec 4.2 (fixed lambda, direction fraction ``theta = 1 - gamma``):
+  Fixed lambda (Algorithm 3, direction fraction ``theta = 1 - gamma``):
   ``rho_trace = 0``, ``rho_direction = (1 - gamma) rho_t``. The last part is
   formed as a difference, so the parts add up to ``rho_per_step`` to rounding.
 
@@ -201,7 +201,7 @@ def direction_sensitivity(
     curvature_structure: str = "rank_one",
     neighbouring: str = "zero-out",
 ) -> Any:
-  """Sensitivity of ``Psi_lam(H)^{-1} g~`` per unit ``||g~||`` (spec 4.2, 4.6).
+  """Sensitivity of ``Psi_lam(H)^{-1} g~`` per unit ``||g~||`` (Algorithm 3; Remark 5.5).
 
   With ``L = curvature_norm_bound / n`` (the operator-norm sensitivity of the
   mean SOI under zero-out):
@@ -210,7 +210,7 @@ def direction_sensitivity(
     add: ``L / (lam (lam + L))`` (Sherman-Morrison); clip:
     ``L / (lam (lam - L))`` (the paper's constant; needs ``lam > L``).
     For ``L1 = 1/4`` this is ``1 / (4 n lam^2 +- lam)``.
-  * general (any PSD per-example Hessian of norm ``<= L1``, spec 4.6): add:
+  * general (any PSD per-example Hessian of norm ``<= L1``, Remark 5.5): add:
     ``L / lam^2 = L1 / (n lam^2)``, from
     ``A^{-1} - B^{-1} = A^{-1} (B - A) B^{-1}`` with ``A, B >= lam I``.
     Clip is refused: no proof is written down for a general ``H_i``.
@@ -238,7 +238,7 @@ def direction_sensitivity(
 
   Examples:
     >>> from dpjax.transforms import direction_sensitivity
-    >>> lam = 1.08763e-2  # spec 4.3 worked example, n = 1e4, L1 = 1/4.
+    >>> lam = 1.08763e-2  # adaptive lambda at n = 1e4, rho = 0.0143935, T = 5, tr(H) = 0.2.
     >>> s = direction_sensitivity(lam, n=10_000, modification="clip")
     >>> round(s, 6), round(1 / (4 * 10_000 * lam**2 - lam), 6)
     (0.211825, 0.211825)
@@ -284,7 +284,7 @@ def trace_sensitivity(
     curvature_norm: str = "frobenius",
     neighbouring: str = "zero-out",
 ) -> float:
-  """L1 sensitivity of ``tr(H)``, the adaptive lambda's trace query (spec 4.3, 4.6).
+  """L1 sensitivity of ``tr(H)``, the adaptive lambda's trace query (Sec. 5.2; Remark 5.5).
 
   Zero-out moves the mean SOI by ``H_i / n``, so the trace moves by
   ``tr(H_i) / n``, with ``tr(H_i)`` in ``[0, B]``:
@@ -339,7 +339,7 @@ def _check_structure(curvature_structure: Any, modification: str) -> str:
     raise ValueError(
         "modification='clip' is not available with curvature_structure='general': clip stays "
         "logistic-only (rank-one SOI) until a proof is written down for a general per-example "
-        "Hessian (spec-newton.md 4.6). Pass modification='add' (sensitivity L1 / (n lam^2))."
+        "Hessian. Pass modification='add' (sensitivity L1 / (n lam^2))."
     )
   return curvature_structure
 
@@ -352,7 +352,7 @@ def adaptive_min_eigenvalue(
     trace_coeff: float,
     floor: float,
 ) -> Any:
-  """The private adaptive minimum eigenvalue (spec 4.3 steps 4-5).
+  """The private adaptive minimum eigenvalue (Ganesh et al. 2023, Sec. 5.2).
 
   ``lam = max((c max(0, tr~) / (n^2 rho_direction))^(1/3), floor)``: the
   paper's minimiser ``lam ~ (tr(H) / (n^2 rho_direction))^(1/3)`` (Sec. 5.2)
@@ -417,7 +417,7 @@ def dp_newton(
     disable_noise_for_testing: bool = False,
     unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
-  """Double-noise Newton (Algorithm 3; spec 4.2 fixed, 4.3 adaptive lambda, 4.6 general losses).
+  """Double-noise Newton (Algorithm 3; Sec. 5.2 adaptive lambda; Remark 5.5 general losses).
 
   ``update(g, state, params, *, curvature_matrix=H)`` (or ``x=..., y=...``
   instead of ``H``) takes the MEAN gradient ``g`` and returns
@@ -457,7 +457,7 @@ def dp_newton(
       ``x, y`` path; a passed ``curvature_matrix`` must be of this kind; for
       general, any PSD per-example SOI clipped to ``L1`` is covered).
     modification: ``"clip"`` or ``"add"`` (:mod:`dpjax.spectral`).
-    min_eigenvalue: ``"adaptive"`` (spec 4.3) or a fixed lambda > 0; for clip
+    min_eigenvalue: ``"adaptive"`` (Sec. 5.2) or a fixed lambda > 0; for clip
       a fixed lambda must exceed ``curvature_norm_bound / n``.
     grad_frac: share ``gamma`` of each step's budget for the gradient.
     trace_frac: share ``tau`` of the rest for the trace (adaptive only).
@@ -556,8 +556,8 @@ def dp_newton(
   exact = _common.exact_noise(unsafe_float_noise, "dp_newton")
   slack = noise.tv_per_coordinate() if exact and not no_noise else 0.0  # TV per coordinate
 
-  # The one place where the Newton noise scales are derived (spec 4.2, 4.3; module
-  # docstring): gradient f_g L0 / n, trace and direction from the two functions.
+  # The one place where the Newton noise scales are derived (Algorithm 3, Sec. 5.2;
+  # module docstring): gradient f_g L0 / n, trace and direction from the two functions.
   budget = newton_budget(rho_step, grad_frac=grad_frac, trace_frac=trace_frac, adaptive=adaptive)
   sens_grad = grad_factor * grad_norm_bound / n
   sigma_grad = accounting.gaussian_sigma(sens_grad, budget.rho_grad)
@@ -567,14 +567,14 @@ def dp_newton(
                              curvature_structure=curvature_structure,
                              curvature_norm=curvature_norm, neighbouring=neighbouring)
 
-  def sigma_trace(d: int) -> float:  # The trace query's std (spec 4.3, 4.6).
+  def sigma_trace(d: int) -> float:  # The trace query's std (Sec. 5.2).
     if not adaptive:
       return 0.0
     return accounting.gaussian_sigma(sens_trace(d), budget.rho_trace)
 
   floor = _FLOOR_FACTOR * lip
   noise_on = 0.0 if no_noise else 1.0
-  # The direction's std per unit of its sensitivity (spec 4.3): 1 / sqrt(2 rho_direction).
+  # The direction's std per unit of its sensitivity: 1 / sqrt(2 rho_direction).
   unit_direction_std = accounting.gaussian_sigma(1.0, budget.rho_direction)
   if not adaptive:
     fixed_sens = direction_sensitivity(

@@ -2,9 +2,9 @@
 
 Ganesh, Haghifam, Steinke, Thakurta (NeurIPS 2023, arXiv 2305.13209), the
 minibatch variant of Algorithm 3 compared with DP-SGD in their Fig. 4
-(``spec-newton.md`` sections 4.1, 4.2 and 4.5; reference code
-``update_rule_stochastic``). Logistic regression on ``x [n, d]`` with
-``||x_i|| <= 1`` and ``y_i`` in {-1, +1}. One step at ``w_t``:
+(Definition 5.4 and Sec. 5.1 for the SOI modification and the sensitivity;
+the authors' reference code ``update_rule_stochastic`` for the sampling).
+Logistic regression on ``x [n, d]`` with ``||x_i|| <= 1`` and ``y_i`` in {-1, +1}. One step at ``w_t``:
 
 1. Two INDEPENDENT Poisson samples (:mod:`dpjax.sampling`): ``S_g`` with rate
    ``q_g = B_g / n`` and ``S_H`` with rate ``q_H = B_H / n``.
@@ -13,8 +13,8 @@ minibatch variant of Algorithm 3 compared with DP-SGD in their Fig. 4
 3. Curvature ``H_S = (1/B_H) sum_{i in S_H} c(<x_i, w_t>) x_i x_i^T``
    (``c`` the Hessian or the quadratic-upper-bound coefficient, ``<= 1/4``).
 4. ``w_{t+1} = w_t - Psi_lam(H_S)^{-1} g~ + N(0, (||g~|| s z_H)^2 I)``, with
-   ``Psi_lam`` the SOI modification (spec 4.1) and the sensitivity factor
-   ``s = direction_sensitivity(lam, n=B_H)`` (spec 4.5):
+   ``Psi_lam`` the SOI modification (Definition 5.4) and the sensitivity factor
+   ``s = direction_sensitivity(lam, n=B_H)`` (the reference code's):
 
    * add: ``s = 1 / (4 B_H lam^2 + lam)``;
    * clip: ``lam_c = max(lam, 4 L1 / B_H)`` (``= 1/B_H`` for ``L1 = 1/4``) is
@@ -36,7 +36,7 @@ the multipliers are public):
   ``S_H -> Psi_lam(H_S)^{-1} g~`` changes, when one example joins or leaves
   ``S_H``, by ``||g~|| s`` at most: ``H_S`` moves by a rank-1 PSD term
   ``c x x^T / B_H`` of operator norm ``<= L1 / B_H`` (``L1 = 1/4``), and
-  spec 4.2's bound on ``||Psi_lam(A)^{-1} - Psi_lam(A')^{-1}||_op`` (Sherman-
+  Algorithm 3's bound on ``||Psi_lam(A)^{-1} - Psi_lam(A')^{-1}||_op`` (Sherman-
   Morrison for add, the paper's constant for clip) with ``n`` replaced by
   ``B_H`` gives ``s``. The noise std is ``z_H`` times this sensitivity, so it
   is again a Poisson-subsampled Gaussian mechanism with rate ``q_H`` and
@@ -89,7 +89,7 @@ __all__ = [
     "sampled_grad_and_curvature",
 ]
 
-# The clip floor is FLOOR_FACTOR * L1 / B_H (= 1/B_H for L1 = 1/4; spec 4.5).
+# The clip floor is FLOOR_FACTOR * L1 / B_H (= 1/B_H for L1 = 1/4, the reference code's floor).
 _FLOOR_FACTOR = 4.0
 # The largest value the logistic SOI coefficient takes (Hessian and QU, at margin 0).
 _LOGISTIC_L1 = 0.25
@@ -119,7 +119,7 @@ def minibatch_min_eigenvalue(
     curvature_norm_bound: float = 0.25,
     modification: str,
 ) -> float:
-  """The lambda the minibatch method uses (spec 4.5).
+  """The lambda the minibatch method uses (as in the reference code).
 
   add: ``lam`` itself. clip: ``lam_c = max(lam, 4 L1 / B_H)``, the reference
   code's floor (``1 / B_H`` for ``L1 = 1/4``); the paper's clip sensitivity
@@ -178,7 +178,7 @@ def sampled_grad_and_curvature(
     grad_norm_bound: float = 1.0,
     curvature: str = "hessian",
 ) -> tuple[jax.Array, jax.Array]:
-  """The noiseless minibatch gradient and SOI of one step (spec 4.5).
+  """The noiseless minibatch gradient and SOI of one step.
 
   ``g = (1/B_g) sum_{S_g} clip(grad f_i, C)`` and
   ``H_S = (1/B_H) sum_{S_H} c(<x_i, w>) x_i x_i^T``, each normalised by the
@@ -378,7 +378,7 @@ def dp_newton_minibatch(
     disable_noise_for_testing: bool = False,
     unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
-  """Minibatch double-noise Newton for logistic regression (spec 4.5).
+  """Minibatch double-noise Newton for logistic regression (Ganesh et al. 2023, Sec. 6, Fig. 4).
 
   ``update(None, state, params, *, data=(x, y))`` draws the two Poisson
   samples from ``state.key``, and returns
@@ -413,7 +413,7 @@ def dp_newton_minibatch(
       ``1 <= B_H <= n``.
     min_eigenvalue: the fixed ``lam > 0`` of ``Psi_lam`` (required; a public
       hyper-parameter). For clip it is raised to ``4 L1 / B_H`` if smaller
-      (spec 4.5); ``state.min_eigenvalue`` holds the value used.
+      (the reference code's floor); ``state.min_eigenvalue`` holds the value used.
     key: int seed or typed PRNG key; required.
     noise_multiplier_grad: ``z_g > 0``.
     noise_multiplier_hess: ``z_H > 0``.

@@ -1,6 +1,7 @@
-"""DP-SGD with Poisson subsampling as an optax transform (``spec-newton.md`` section 2.2).
+"""DP-SGD with Poisson subsampling as an optax transform (Abadi et al., CCS 2016).
 
-One step at ``w_t`` (Abadi et al. 2016; the reference code's ``sgd_priv``):
+One step at ``w_t`` (Abadi et al. 2016; ``sgd_priv`` of the reference code of Ganesh et al.
+NeurIPS 2023, tensorflow/privacy ``research/dp_newton``):
 
 1. Poisson sample: each of the ``n`` examples is included independently with
    probability ``q`` (:func:`dpjax.sampling.sample`; the realised batch has a
@@ -11,7 +12,7 @@ One step at ``w_t`` (Abadi et al. 2016; the reference code's ``sgd_priv``):
 3. ``w_{t+1} = w_t - eta (sum + N(0, (z C)^2 I)) / (q n)``.
 
 The sum is divided by the EXPECTED batch size ``B = q n`` (a public constant),
-never by the realised count, exactly as spec 2.2 (``(|S|/B) mean_S``).
+never by the realised count, exactly as the reference code (``(|S|/B) mean_S``).
 
 Sensitivity argument: neighbouring datasets differ by adding or removing one
 example (the relation under which Poisson subsampling amplifies privacy).
@@ -52,7 +53,7 @@ from dpjax import sampling
 
 __all__ = ["DPSGDState", "dp_sgd"]
 
-# 1 / L1 for the logistic loss with ||x|| <= 1 (L1 = 1/4): spec 2.2's hard-coded step.
+# 1 / L1 for the logistic loss with ||x|| <= 1 (L1 = 1/4): the reference code's hard-coded step.
 _LOGISTIC_LEARNING_RATE = 4.0
 
 
@@ -78,7 +79,7 @@ def _resolve_learning_rate(learning_rate: Any, loss: str | None) -> Any:
     what = f"loss={loss!r}" if loss is not None else "a loss_fn"
     raise TypeError(
         f"learning_rate is required with {what}: the default 4.0 = 1/L1 holds only for "
-        "loss='logistic' with ||x|| <= 1 (spec 2.2); pass learning_rate=<eta > 0>."
+        "loss='logistic' with ||x|| <= 1; pass learning_rate=<eta > 0>."
     )
   return _common.positive_scalar(learning_rate, "learning_rate")
 
@@ -167,7 +168,7 @@ def dp_sgd(
     disable_noise_for_testing: bool = False,
     unsafe_float_noise: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
-  """DP-SGD with Poisson subsampling and an RDP accountant (``spec-newton.md`` 2.2).
+  """DP-SGD with Poisson subsampling and an RDP accountant (Abadi et al. 2016; Mironov 2017).
 
   ``update(None, state, params, *, data)`` draws this step's Poisson sample
   of the ``n`` examples in ``data``, clips each sampled example's gradient to
@@ -188,7 +189,7 @@ def dp_sgd(
 
   Budget: exactly one of ``noise_multiplier`` ``z`` (``steps`` optional, a
   horizon), or ``epsilon`` with ``steps`` (``delta`` defaults to ``n^-2``,
-  spec 1): then ``z`` is the smallest multiplier whose ``steps``-fold RDP
+  as in Ganesh et al. 2023, Sec. 6): then ``z`` is the smallest multiplier whose ``steps``-fold RDP
   composition is ``(epsilon, delta)``-DP
   (:func:`dpjax.accounting.calibrate_noise_multiplier`), with the cap's slack
   ``(1 + e^epsilon) steps overflow_prob`` taken off delta first. With
@@ -208,7 +209,7 @@ def dp_sgd(
     steps: number of steps T.
     clip_norm: ``C > 0``, the per-example gradient clip norm.
     learning_rate: ``eta > 0``, in units of the averaged gradient; default
-      4 = 1/L1 for ``loss="logistic"`` (spec 2.2), required otherwise.
+      4 = 1/L1 for ``loss="logistic"``, required otherwise.
     loss: ``"logistic"``, ``"least_squares"`` (``data = (x [n, d], y [n])``,
       params a vector) or ``None`` with ``loss_fn``.
     loss_fn: a per-example loss ``f(params, example) -> scalar``; params any
@@ -272,7 +273,7 @@ def dp_sgd(
   z = _resolve_noise_multiplier(noise_multiplier, epsilon, delta, steps, n, sampler)
   key = _common.canonical_key(key)  # After every host check: making a key runs JAX.
 
-  # The one place the DP-SGD noise and its charge are derived (spec 2.2).
+  # The one place the DP-SGD noise and its charge are derived.
   rdp_step = accounting.subsampled_gaussian_rdp(sampler.sampling_rate, z)
   sum_std = 0.0 if no_noise else z * clip_norm  # on the clipped sum (sensitivity C).
   expected_size = sampler.expected_size  # q n: the public normaliser.

@@ -70,7 +70,7 @@ class OnlineToBatchState(NamedTuple):
   """State of :func:`online_to_batch`. ``optax.tree.get(state, "rho")`` reads the accountant."""
 
   count: jax.Array  # shape=(), int32: steps taken, t.
-  beta_sum: jax.Array  # shape=(): beta_{1:t} (float; t^k overflows int32, P9).
+  beta_sum: jax.Array  # shape=(): beta_{1:t} (float: t^k overflows int32).
   average: Any  # x_t, like the params: the training parameters.
   play: Any  # w_{t+1}, like the params: the learner's next play.
   learner: Any  # the learner's state.

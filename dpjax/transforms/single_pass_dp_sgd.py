@@ -1,6 +1,7 @@
 """Single-pass DP-SGD: each example is used once, so the whole run costs one step's rho.
 
-The baseline of ``spec-online-to-batch.md`` section 3 (b) without
+The DP-SGD baseline (Abadi et al. 2016) of a single-pass comparison with DP
+online-to-batch (Zhang, Tran & Cutkosky, NeurIPS 2022), without
 amplification by sampling: step ``t`` takes a fresh batch of ``b`` examples
 (disjoint batches, single pass), clips each example's gradient to ``C`` and
 adds Gaussian noise ``N(0, s^2 I)`` to the sum,
