@@ -1,18 +1,17 @@
-"""Regenerates the README's "Results" section from the committed benchmark results.
+"""Regenerates docs/results.md's "Results" section and README.md's results headline.
 
 Usage::
 
-  python benchmarks/readme_results.py           # rewrite README.md between the markers
-  python benchmarks/readme_results.py --check   # exit 1 if README.md is out of date
+  python benchmarks/readme_results.py           # rewrite both between their markers
+  python benchmarks/readme_results.py --check   # exit 1 if either is out of date
 
 It reads ``benchmarks/results/privacy_utility_frontier.json`` (the headline:
 ``privacy_utility.py --frontier``) with ``auto_fit.json`` (``auto_fit.py``), ``privacy_utility.json``, ``speed.json``,
-``convergence.json`` and ``online_to_batch_{rates,speed}.json`` (written by the full runs of the benchmarks) and
-replaces everything between ``<!-- results:begin -->`` and
-``<!-- results:end -->`` in ``README.md``. Every number and every
-win/loss statement in that section is computed here from those files, so
-the README cannot drift from the results; ``tests/test_readme_results.py``
-checks it.
+``convergence.json`` and ``online_to_batch_{rates,speed}.json`` (written by the full runs of the benchmarks). It
+replaces everything between ``<!-- results:begin -->`` and ``<!-- results:end -->`` in ``docs/results.md``, and
+between ``<!-- headline:begin -->`` and ``<!-- headline:end -->`` in ``README.md`` (a few lines that link to
+docs/results.md). Every number and every win/loss statement in either is computed here from those files, so
+neither can drift from the results; ``tests/test_readme_results.py`` checks it.
 """
 
 from __future__ import annotations
@@ -28,7 +27,10 @@ import privacy_utility  # noqa: E402  pylint: disable=g-import-not-at-top
 
 REPO = _BENCH.parent
 RESULTS = _BENCH / "results"
+RESULTS_DOC = REPO / "docs" / "results.md"
+README = REPO / "README.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+HEADLINE_BEGIN, HEADLINE_END = "<!-- headline:begin -->", "<!-- headline:end -->"
 
 COMMANDS = """```bash
 pip install -e ".[dev]"
@@ -39,7 +41,7 @@ python benchmarks/speed.py                # per-iteration cost vs Gram/matvec, s
 python benchmarks/convergence.py          # Fig. 1 / Fig. 3 analogue: excess loss vs wall-clock time
 python benchmarks/online_to_batch.py --rates   # DP online-to-batch: excess population loss vs n (about 20 min)
 python benchmarks/online_to_batch.py --speed   # one conversion step vs a non-private minibatch step
-python benchmarks/readme_results.py       # rewrites this section from benchmarks/results/*.json
+python benchmarks/readme_results.py       # rewrites docs/results.md and the README headline from benchmarks/results/*.json
 ```"""
 
 
@@ -49,7 +51,7 @@ PREPROCESSING = (
     "deviation of the data itself, then unit rows and an intercept). That preprocessing is not "
     "private (every row depends on every other; it warns `PrivacyLeakWarning`), so these figures "
     "measure the optimizers, not a private pipeline end to end. The library's default is per-row "
-    "(`[1, x/max(1, ‖x‖)]/√2`); [`private_standardization.py`](benchmarks/results/private_standardization.md) "
+    "(`[1, x/max(1, ‖x‖)]/√2`); [`private_standardization.py`](../benchmarks/results/private_standardization.md) "
     "measures a private standardization charged to the budget against it.")
 
 def _load(name: str) -> dict | None:
@@ -77,7 +79,7 @@ def auto_fit_lines(af: dict) -> list[str]:
   cur = af["current"]
   lead = "Why not every cell" if af["rules_meeting_target"] == 0 else "The rule search"
   lines = [
-      f"- {lead}: [`auto_fit.py`](benchmarks/results/auto_fit.md) scored "
+      f"- {lead}: [`auto_fit.py`](../benchmarks/results/auto_fit.md) scored "
       f"{af['rules_scored']:,} step rules m = 10·2^round(a + b·log10(n√ρ) + c·log10 d) (every κ and η "
       f"of the frontier grid) on the frontier's selection runs; **{af['rules_meeting_target']}** "
       f"keep every cell within {af['target']:g}× of the best tuned method"
@@ -115,14 +117,14 @@ def frontier_section(fr: dict, af: dict | None = None) -> list[str]:
   repeats = {p["families"]["precond-gd"]["report_repeats"] for p in fr["datasets"]
              if "precond-gd" in p["families"]}
   lines = [
-      "### Headline: curvature-preconditioned DP-GD",
+      "## Headline: curvature-preconditioned DP-GD",
       "",
       f"On {len({r['dataset'] for r in cells})} datasets × ε ∈ "
       f"{{{', '.join(f'{e:g}' for e in sorted({r['epsilon'] for r in cells}))}}} (δ = n⁻², exact "
       "Gaussian accounting, start at 0), every method was tuned on one seed set and re-run on "
       f"{'/'.join(str(k) for k in sorted(repeats))} fresh repeats of another "
-      f"([table](benchmarks/results/privacy_utility_frontier.md), "
-      "[plot: excess loss against time at ε = 1](benchmarks/results/privacy_utility_frontier.png); "
+      f"([table](../benchmarks/results/privacy_utility_frontier.md), "
+      "[plot: excess loss against time at ε = 1](../benchmarks/results/privacy_utility_frontier.png); "
       f"{_machine(fr['machine'])}).",
       "",
       "**We recommend `precond-gd`** (one private release of XᵀX/(4n) with 3% of ρ, eigen-clip, "
@@ -167,7 +169,7 @@ def privacy_utility_section(pu: dict) -> list[str]:
   summary = pu["summary"]
   per_dataset = ", ".join(f"{p['dataset']} {p['seconds_total'] / 60:.0f}" for p in pu["datasets"])
   lines = [
-      "### Privacy–utility (Table 1 / Fig. 2 analogue)",
+      "## Privacy–utility (Table 1 / Fig. 2 analogue)",
       "",
       f"Machine: {_machine(pu['machine'])}. Each cell: T tuned non-privately over a wide grid for every "
       "method (DP-GD 25…3200 and beyond while the best T is at the edge; Newton 2…64), 10 vmapped "
@@ -175,7 +177,7 @@ def privacy_utility_section(pu: dict) -> list[str]:
       "double-noise variants in that cell; the verdict compares it with tuned DP-GD (tie: within 2 "
       "combined s.e.). Times are of one run at its T* (compile excluded). Full tables, every variant and "
       "the comparison with the reference code: [`benchmarks/results/privacy_utility.md`]"
-      "(benchmarks/results/privacy_utility.md). The committed run took "
+      "(../benchmarks/results/privacy_utility.md). The committed run took "
       f"{sum(p['seconds_total'] for p in pu['datasets']) / 60:.0f} minutes ({per_dataset}).",
       "",
       "| dataset | ε | DP-GD loss, paper / gaussian accounting | best Newton (gaussian, T*) | its loss, "
@@ -204,7 +206,7 @@ def privacy_utility_section(pu: dict) -> list[str]:
   total = sum(counts["gaussian"].values())
   lines += [
       "",
-      "![Excess loss at tuned T against ε](benchmarks/results/privacy_utility.png)",
+      "![Excess loss at tuned T against ε](../benchmarks/results/privacy_utility.png)",
       "",
       "**Where the second-order methods win and where they lose** (gaussian accounting, "
       f"{total} cells): the best Newton variant wins {counts['gaussian']['win']}, ties "
@@ -229,12 +231,12 @@ def privacy_utility_section(pu: dict) -> list[str]:
 def speed_section(sp: dict) -> list[str]:
   lines = [
       "",
-      "### Speed against the hardware limit",
+      "## Speed against the hardware limit",
       "",
       f"Machine: {_machine(sp['machine'])}. Median ms per iteration (compile excluded), against the "
       "baseline timed in the same run: Gram `x.T @ x` + matvec for Newton, two matvecs for DP-GD. "
       "Target ≤ 2×. Details, scaling plots and repeats: "
-      "[`benchmarks/results/speed.md`](benchmarks/results/speed.md).",
+      "[`benchmarks/results/speed.md`](../benchmarks/results/speed.md).",
       "",
       "| data | algorithm | ms / iteration | baseline ms | ratio | ≤ 2× |",
       "|---|---|---|---|---|---|",
@@ -266,13 +268,13 @@ def speed_section(sp: dict) -> list[str]:
 
 
 def convergence_section(cv: dict) -> list[str]:
-  lines = ["", "### Excess loss against wall-clock time (Fig. 1 / Fig. 3 analogue)", ""]
+  lines = ["", "## Excess loss against wall-clock time (Fig. 1 / Fig. 3 analogue)", ""]
   for s in cv["settings"]:
     lines.append(f"- {s['dataset']} (n = {s['n']:,}, d = {s['d']}, ε = {cv['epsilon']:g}): "
-                 f"[plot](benchmarks/results/{s['png']}); best final excess loss "
+                 f"[plot](../benchmarks/results/{s['png']}); best final excess loss "
                  f"{_loss(s['best_final_excess_loss'])} by {s['best_run']['algorithm']} "
                  f"(T = {s['best_run']['steps']}).")
-  lines.append("  Tables: [`benchmarks/results/convergence.md`](benchmarks/results/convergence.md).")
+  lines.append("  Tables: [`benchmarks/results/convergence.md`](../benchmarks/results/convergence.md).")
   return lines
 
 
@@ -283,12 +285,12 @@ def online_to_batch_section(rates: dict, speed: dict | None) -> list[str]:
   eps_all = sorted({c["epsilon"] for c in summary["curves"]})
   n_max = max(max(c["ns"]) for c in summary["curves"])
   lines = [
-      "", "### DP online-to-batch: one private pass (second paper)", "",
+      "", "## DP online-to-batch: one private pass (second paper)", "",
       f"Machine: {_machine(rates['machine'])}. Synthetic least squares and logistic regression with a "
       "known optimum, ||x|| = 1, δ = n^-1.1, 10 seeds; public defaults for the conversions, the "
       "baselines' step tuned non-privately (in their favour). Tables and plot: "
-      "[`benchmarks/results/online_to_batch_rates.md`](benchmarks/results/online_to_batch_rates.md), "
-      "[plot](benchmarks/results/online_to_batch_rates.png).", "",
+      "[`benchmarks/results/online_to_batch_rates.md`](../benchmarks/results/online_to_batch_rates.md), "
+      "[plot](../benchmarks/results/online_to_batch_rates.png).", "",
       "| criterion (otb) | loss | d | value | met |", "|---|---|---|---|---|"]
   for c in summary["criteria"]:
     lines.append(f"| {c['criterion']} | {c['loss']} | {c['d']} | {c['value']:.3g} | "
@@ -311,7 +313,7 @@ def online_to_batch_section(rates: dict, speed: dict | None) -> list[str]:
     lines += ["", f"One conversion step (d = {speed['dim']} logistic, batch {speed['batch']}) costs "
               f"{_range([r['ratio_in_scan'] for r in fused])}× one non-private minibatch gradient "
               f"step inside a `lax.scan` (criterion ≤ {speed['criterion']:g}×; {_machine(speed['machine'])}; "
-              "[`online_to_batch_speed.md`](benchmarks/results/online_to_batch_speed.md))."]
+              "[`online_to_batch_speed.md`](../benchmarks/results/online_to_batch_speed.md))."]
   return lines
 
 
@@ -335,29 +337,80 @@ def section() -> str:
   return "\n".join(lines)
 
 
-def render(readme: str) -> str:
-  if BEGIN not in readme or END not in readme:
-    raise ValueError(f"README.md lacks the markers {BEGIN} ... {END}")
-  head, rest = readme.split(BEGIN, 1)
-  _, tail = rest.split(END, 1)
-  return head + section() + tail
+def _newton_counts(pu: dict) -> dict[str, int]:
+  """Wins, ties and losses of the best Newton variant against tuned DP-GD (gaussian accounting)."""
+  counts = {"win": 0, "tie": 0, "loss": 0}
+  for e in pu["summary"]:
+    if e.get("paper") is not None and e.get("gaussian") is not None:
+      counts[e["gaussian"]["verdict"]] += 1
+  return counts
+
+
+def headline() -> str:
+  """The README's results headline: a few generated lines and a link to docs/results.md."""
+  lines = [HEADLINE_BEGIN, ""]
+  fr, pu = _load("privacy_utility_frontier"), _load("privacy_utility")
+  if fr is not None:
+    summ = fr["acceptance"]["summary"]
+    cells = [r for r in fr["acceptance"]["rows"] if "ratio" in r]
+    lines.append(
+        f"On {len({r['dataset'] for r in cells})} datasets × ε ∈ "
+        f"{{{', '.join(f'{e:g}' for e in sorted({r['epsilon'] for r in cells}))}}}, tuned `precond-gd` "
+        f"is no worse than tuned DP-GD (within 1 s.e.) in **{summ['no_worse_1se']} of {summ['cells']}** "
+        f"cells and below 0.9× its excess loss in **{summ['ratio_le_0_9']} of {summ['cells']}**; "
+        f"`auto`, with no tuning, is within 1.25× of the best tuned method in "
+        f"**{summ['auto_le_1_25']} of {summ['auto_cells']}**.")
+  if pu is not None:
+    c = _newton_counts(pu)
+    lines.append(
+        f"In the Table 1 analogue the best double-noise Newton variant wins {c['win']}, ties {c['tie']} "
+        f"and loses {c['loss']} of {sum(c.values())} cells against tuned DP-GD.")
+  lines += ["Tables, plots, machines and the commands that regenerate them: "
+            "[docs/results.md](docs/results.md).", "", HEADLINE_END]
+  return "\n".join(lines)
+
+
+def _replace(text: str, begin: str, end: str, body: str, name: str) -> str:
+  if begin not in text or end not in text:
+    raise ValueError(f"{name} lacks the markers {begin} ... {end}")
+  head, rest = text.split(begin, 1)
+  _, tail = rest.split(end, 1)
+  return head + body + tail
+
+
+def render(doc: str) -> str:
+  """``doc`` (docs/results.md's text) with its Results section regenerated."""
+  return _replace(doc, BEGIN, END, section(), "docs/results.md")
+
+
+def render_headline(readme: str) -> str:
+  """``readme`` (README.md's text) with its results headline regenerated."""
+  return _replace(readme, HEADLINE_BEGIN, HEADLINE_END, headline(), "README.md")
 
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--check", action="store_true", help="exit 1 if README.md is out of date")
+  parser.add_argument("--check", action="store_true",
+                      help="exit 1 if docs/results.md or README.md's headline is out of date")
   args = parser.parse_args(argv)
-  path = REPO / "README.md"
-  old = path.read_text()
-  new = render(old)
-  if args.check:
-    if new != old:
-      print("README.md's Results section is out of date: run python benchmarks/readme_results.py",
-            file=sys.stderr)
-      return 1
-    return 0
-  path.write_text(new)
-  print(f"rewrote the Results section of {path}")
+  targets = [(RESULTS_DOC, render, "the Results section of docs/results.md"),
+             (README, render_headline, "the results headline of README.md")]
+  stale = []
+  for path, rewrite, what in targets:
+    old = path.read_text()
+    new = rewrite(old)
+    if new == old:
+      continue
+    stale.append(what)
+    if not args.check:
+      path.write_text(new)
+      print(f"rewrote {what}")
+  if args.check and stale:
+    print(f"out of date: {'; '.join(stale)}: run python benchmarks/readme_results.py",
+          file=sys.stderr)
+    return 1
+  if not args.check and not stale:
+    print("docs/results.md and README.md's headline are up to date")
   return 0
 
 

@@ -1,10 +1,10 @@
-"""The README's "## Errors" table, run row by row.
+"""The errors table of ``docs/errors.md``, run row by row.
 
 The table is the single source of truth. This module parses it from
-``README.md`` (columns ``id``, ``input``, ``raised``, ``message (excerpt)``,
-``fix``); :data:`CASES` maps every row id to a case, and the README's ids must
-equal the keys of :data:`CASES`, so a row without a test, or a test without a
-row, fails. A case gets ``raises``: each ``with raises():`` block must raise the
+``docs/errors.md`` (the first table under its ``# Errors`` heading; columns
+``id``, ``input``, ``raised``, ``message (excerpt)``, ``fix``); :data:`CASES`
+maps every row id to a case, and the table's ids must equal the keys of
+:data:`CASES`, so a row without a test, or a test without a row, fails. A case gets ``raises``: each ``with raises():`` block must raise the
 row's exception with a message containing the row's excerpt (matched with
 ``re.escape``), and must do so before JAX traces or compiles anything (XLA
 compile and jaxpr trace events are counted while the block runs).
@@ -36,7 +36,7 @@ import dpjax
 from conftest import load_benchmark, run_cli
 from dpjax import accounting, cli, data, sampling, training, transforms
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+ERRORS_DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 COLUMNS = ["id", "input", "raised", "message (excerpt)", "fix"]
 _ID = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
@@ -58,18 +58,18 @@ def _unquote(cell: str) -> str:
   return cell[1:-1] if len(cell) >= 2 and cell[0] == cell[-1] == "`" else cell
 
 
-def readme_rows() -> list[Row]:
-  """The rows of the first table under ``## Errors`` in README.md."""
-  lines = README.read_text(encoding="utf-8").splitlines()
-  start = lines.index("## Errors")
-  end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+def table_rows() -> list[Row]:
+  """The rows of the first table under ``# Errors`` in docs/errors.md."""
+  lines = ERRORS_DOC.read_text(encoding="utf-8").splitlines()
+  start = lines.index("# Errors")
+  end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("#")), len(lines))
   table = []
   for line in lines[start + 1:end]:
     if line.startswith("|"):
       table.append(line)
     elif table:
       break  # The first table only.
-  assert len(table) >= 3, "the ## Errors section has no table"
+  assert len(table) >= 3, "docs/errors.md has no table under # Errors"
   assert _cells(table[0]) == COLUMNS, f"header {_cells(table[0])}, expected {COLUMNS}"
   assert set("".join(_cells(table[1]))) <= set("-:"), "the second line must be the separator"
   rows = []
@@ -80,7 +80,7 @@ def readme_rows() -> list[Row]:
   return rows
 
 
-ROWS = readme_rows()
+ROWS = table_rows()
 ROWS_BY_ID = {row.id: row for row in ROWS}
 
 # ----------------------------------------------------------------------------
@@ -118,7 +118,7 @@ def _libsvm(tmp, raises, content, **kwargs):
 
 
 # ----------------------------------------------------------------------------
-# One case per README row.
+# One case per row of the table.
 
 
 def _nan_or_inf_in_data(tmp, raises):
@@ -711,8 +711,8 @@ def raises_before_compiling(exc: type[BaseException], pattern: str):
   assert not events, f"JAX traced or compiled before raising: {events}"
 
 
-def test_readme_table_is_well_formed():
-  assert ROWS, "the README's ## Errors table has no rows"
+def test_errors_table_is_well_formed():
+  assert ROWS, "the errors table of docs/errors.md has no rows"
   ids = [row.id for row in ROWS]
   assert len(ids) == len(set(ids)), f"duplicate ids: {sorted(i for i in ids if ids.count(i) > 1)}"
   for row in ROWS:
@@ -722,14 +722,14 @@ def test_readme_table_is_well_formed():
     assert row.input and row.message and row.fix, f"{row.id}: an empty cell"
 
 
-def test_every_readme_row_has_a_case_and_every_case_a_row():
-  readme, cases = {row.id for row in ROWS}, set(CASES)
-  assert readme == cases, (f"rows without a case: {sorted(readme - cases)}; "
-                           f"cases without a row: {sorted(cases - readme)}")
+def test_every_row_has_a_case_and_every_case_a_row():
+  table, cases = {row.id for row in ROWS}, set(CASES)
+  assert table == cases, (f"rows without a case: {sorted(table - cases)}; "
+                          f"cases without a row: {sorted(cases - table)}")
 
 
 @pytest.mark.parametrize("row_id", [row.id for row in ROWS])
-def test_readme_row(row_id, tmp_path):
+def test_error_row(row_id, tmp_path):
   row = ROWS_BY_ID[row_id]
   exc = getattr(builtins, row.raised)
   checked = []

@@ -1,4 +1,4 @@
-"""Every code block of README.md runs (issue 9).
+"""Every code block of README.md and of every docs/*.md runs.
 
 * ``python`` blocks run one by one, each in a fresh namespace (a newcomer
   copies one block, so each must stand alone), in a temporary working folder.
@@ -17,7 +17,11 @@
     in ``tests/test_benchmark_*.py``.
 
   Any other command fails the test, so a new kind of block needs a rule here.
+  Commands are written for the repository root, whichever file holds them.
 * A fence without one of these two languages fails too.
+* Every relative link of these files points at a file that exists (and, with a
+  ``#fragment`` into a Markdown file, at one of its headings), and
+  ``docs/index.md`` links every page of ``docs/``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import re
 import shlex
 import subprocess
 import sys
+from typing import NamedTuple
+
 import pytest
 
 try:
@@ -40,28 +46,40 @@ except ImportError:  # Python 3.10
 from conftest import DATA_DIR, REPO_ROOT, check_demo_output
 
 README = REPO_ROOT / "README.md"
+DOCS = REPO_ROOT / "docs"
+FILES = [README, *sorted(DOCS.glob("*.md"))]
 _FENCE = re.compile(r"^```(\S*)\n(.*?)^```$", re.M | re.S)
 
 
-def _blocks() -> list[tuple[str, int, str, str]]:
-  """``(language, line, section, code)`` of every fenced block of the README."""
-  text = README.read_text()
+class Block(NamedTuple):
+  """One fenced block: its file, language, first line of code, last heading above it, code."""
+  path: pathlib.Path
+  lang: str
+  line: int
+  section: str
+  code: str
+
+
+def _blocks(path: pathlib.Path) -> list[Block]:
+  """Every fenced block of ``path``, in order."""
+  text = path.read_text(encoding="utf-8")
   out = []
   for m in _FENCE.finditer(text):
     line = text.count("\n", 0, m.start()) + 2  # the first line of code
     heads = re.findall(r"^#{1,3} (.+)$", text[:m.start()], re.M)
-    out.append((m.group(1), line, heads[-1] if heads else "", m.group(2)))
+    out.append(Block(path, m.group(1), line, heads[-1] if heads else "", m.group(2)))
   return out
 
 
-def _block_id(block) -> str:
-  lang, line, section, _ = block
-  return f"{lang}-L{line}-{re.sub(r'[^a-z0-9]+', '-', section.lower()).strip('-')[:40]}"
+def _block_id(block: Block) -> str:
+  name = block.path.relative_to(REPO_ROOT).as_posix().replace("/", "-")
+  section = re.sub(r"[^a-z0-9]+", "-", block.section.lower()).strip("-")[:40]
+  return f"{name}-{block.lang}-L{block.line}-{section}"
 
 
-BLOCKS = _blocks()
-PYTHON = [b for b in BLOCKS if b[0] == "python"]
-BASH = [b for b in BLOCKS if b[0] == "bash"]
+BLOCKS = [b for path in FILES for b in _blocks(path)]
+PYTHON = [b for b in BLOCKS if b.lang == "python"]
+BASH = [b for b in BLOCKS if b.lang == "bash"]
 
 
 def _commands(code: str) -> list[list[str]]:
@@ -77,27 +95,74 @@ def _commands(code: str) -> list[list[str]]:
 
 
 def test_every_block_is_python_or_bash():
-  assert len(PYTHON) >= 10 and len(BASH) >= 4
-  assert [b for b in BLOCKS if b[0] not in ("python", "bash")] == []
+  assert len(PYTHON) >= 12 and len(BASH) >= 6  # over README.md and docs/*.md together
+  readme = [b for b in BLOCKS if b.path == README]
+  assert sum(b.lang == "python" for b in readme) >= 2 and sum(b.lang == "bash" for b in readme) >= 2
+  assert len({_block_id(b) for b in BLOCKS}) == len(BLOCKS)
+  assert [b for b in BLOCKS if b.lang not in ("python", "bash")] == []
+
+
+def test_docs_index_links_every_page():
+  assert (DOCS / "index.md").exists()
+  linked = {m.group(1) for m in re.finditer(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)",
+                                            (DOCS / "index.md").read_text(encoding="utf-8"))}
+  pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
+  assert pages <= linked, f"docs/index.md does not link {sorted(pages - linked)}"
+  readme_links = set(re.findall(r"\]\((docs/[^)#\s]+)", README.read_text(encoding="utf-8")))
+  assert {f"docs/{p}" for p in pages} <= readme_links, "README.md links every page of docs/"
+
+
+def _anchors(path: pathlib.Path) -> set[str]:
+  """GitHub's anchors of the headings of a Markdown file (code blocks excluded)."""
+  text = _FENCE.sub("", path.read_text(encoding="utf-8"))
+  anchors = set()
+  for head in re.findall(r"^#{1,6} (.+?)\s*$", text, re.M):
+    slug = re.sub(r"[^\w\- ]", "", head.strip().lower()).replace(" ", "-")
+    anchors.add(slug)
+  return anchors
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.relative_to(REPO_ROOT).as_posix() for p in FILES])
+def test_relative_links_resolve(path):
+  text = _FENCE.sub("", path.read_text(encoding="utf-8"))
+  bad = []
+  for target in re.findall(r"\]\(([^)\s]+)\)", text):
+    if re.match(r"[a-z]+:", target):
+      continue  # https://, mailto:
+    file, _, fragment = target.partition("#")
+    resolved = (path.parent / file).resolve() if file else path
+    if not resolved.exists():
+      bad.append(target)
+    elif fragment and resolved.suffix == ".md" and fragment not in _anchors(resolved):
+      bad.append(target)
+  assert not bad, f"{path.name}: broken links {bad}"
+
+
+def test_no_citation_of_files_a_user_cannot_open():
+  pattern = re.compile(r"spec-[\w-]*\.md|research-[\w-]*\.md|ecosystem\.md|design\.md|"
+                       r"reference-measurements|shared/docs|shared/papers|\bissue \d+|\bspec \d")
+  for path in FILES:
+    found = pattern.findall(path.read_text(encoding="utf-8"))
+    assert not found, f"{path.name} cites {found}"
 
 
 def test_quick_start_is_two_commands_and_ci_runs_the_second():
-  quick = [b for b in BASH if b[2] == "Quick start"]
+  quick = [b for b in BASH if b.path == README and b.section == "Quick start"]
   assert len(quick) == 2
-  demo, tests = (_commands(b[3]) for b in quick)
+  demo, tests = (_commands(b.code) for b in quick)
   assert demo == [["pip", "install", "-e", ".[dev]"], ["python", "-m", "dpjax", "demo"]]
   assert tests == [["pip", "install", "-e", ".[dev]"], ["python", "-m", "pytest"]]
   ci = (REPO_ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
-  assert ci == quick[1][3].strip()
+  assert ci == quick[1].code.strip()
 
 
 @pytest.mark.parametrize("block", PYTHON, ids=[_block_id(b) for b in PYTHON])
 def test_python_block_runs(block, tmp_path, monkeypatch, capsys):
-  _, line, _, code = block
   monkeypatch.chdir(tmp_path)
-  # Pad so that a traceback names the README's own line numbers.
-  exec(compile("\n" * (line - 1) + code, str(README), "exec"), {"__name__": "__readme__"})
-  assert capsys.readouterr().out.strip(), "every README example prints what it computed"
+  # Pad so that a traceback names the file's own line numbers.
+  exec(compile("\n" * (block.line - 1) + block.code, str(block.path), "exec"),
+       {"__name__": "__readme__"})
+  assert capsys.readouterr().out.strip(), "every example prints what it computed"
 
 
 class _Parsed(Exception):
@@ -126,7 +191,7 @@ def test_bash_block_runs(block, tmp_path, monkeypatch):
   extras = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
       "optional-dependencies"])
   skipped = []
-  for cmd in _commands(block[3]):
+  for cmd in _commands(block.code):
     if cmd[:3] == ["pip", "install", "-e"]:
       m = re.fullmatch(r"\.\[([a-z,]+)\]", cmd[3])
       assert m and len(cmd) == 4, cmd
@@ -155,6 +220,7 @@ def test_bash_block_runs(block, tmp_path, monkeypatch):
     elif cmd[0] == "python" and cmd[1].startswith("benchmarks/") and cmd[1].endswith(".py"):
       _check_benchmark_flags(REPO_ROOT / cmd[1], cmd[2:], monkeypatch)
     else:
-      pytest.fail(f"no rule runs the README command {shlex.join(cmd)!r}: add one to this test")
+      pytest.fail(f"no rule runs the command {shlex.join(cmd)!r} of {block.path.name}: "
+                  "add one to this test")
   if skipped:
     pytest.skip("; ".join(skipped))
