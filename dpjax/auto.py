@@ -39,7 +39,7 @@ runs of the frontier benchmark and lists the cells that pull it in opposite
 directions (w8a and ijcnn1 at eps = 1: same ``n sqrt(rho)``, m = 640 against
 160 at kappa = 6); no rule of this form keeps every cell of the shared
 datasets within 1.25x of the best tuned method, and this one is the best of
-them (worst cell 1.40). The README's Results section gives the cells it misses.
+them (worst cell 1.40). ``docs/results.md`` gives the cells it misses.
 """
 
 from __future__ import annotations

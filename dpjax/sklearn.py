@@ -36,8 +36,8 @@ A ``StandardScaler`` (or any transformer) fitted on the private rows is not
 covered: its means and scales are read from the data. Scale with public
 constants (``FunctionTransformer``), or rely on the clipping.
 
-**Norm bound and mapping to the privacy contract** (``README.md``, "Privacy
-contract": rows with ``||z|| <= 1``, labels in {-1, +1}). Row ``x`` becomes
+**Norm bound and mapping to the privacy contract** (``docs/privacy.md``,
+"Privacy contract": rows with ``||z|| <= 1``, labels in {-1, +1}). Row ``x`` becomes
 ``u = clip(x, data_norm) / data_norm`` (``||u|| <= 1``); with
 ``fit_intercept=True`` the constant 1 is appended and the row is scaled by
 ``1/sqrt(2)``: ``z = [u, 1] / sqrt(2)``. Labels: ``classes_[1]`` is +1 and

@@ -3,7 +3,7 @@
 The transforms' own refusal past ``steps`` (eager ``ValueError``; zeros, no
 charge and ``budget_exhausted`` under jit/scan) is tested for every transform
 in ``test_transforms_conformance.py::test_scan_cond_state_types_and_exhaustion``
-and by the README Errors row ``budget-exhausted`` (``test_errors.py``).
+and by the ``budget-exhausted`` row of ``docs/errors.md`` (``test_errors.py``).
 """
 
 from __future__ import annotations
