@@ -8,7 +8,14 @@ import math
 import os
 import pathlib
 
-import jax
+# XLA:CPU's multi-threaded Eigen pool has been seen to wedge (a hang in block_until_ready) on
+# vmapped programs on 2-core machines. The suite runs one worker per core, so intra-op threads
+# buy nothing here (measured: no slower without them). Set before any backend starts; the
+# workers and the subprocesses the tests start inherit it.
+if "--xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
+
+import jax  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np
 import pytest
 
