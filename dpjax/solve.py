@@ -9,6 +9,8 @@ the jax-side metric.
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import math
 from typing import Any, NamedTuple
 
@@ -18,7 +20,7 @@ import numpy as np
 from dpjax import _validate
 from dpjax.glm import logistic_loss
 
-__all__ = ["LogisticOptimum", "logistic_optimum", "excess_loss"]
+__all__ = ["LogisticOptimum", "SEPARABLE_RIDGE", "logistic_optimum", "optimum_loss", "excess_loss"]
 
 # Existence certificate threshold for nu * L (see _certified_minimiser).
 _CERTIFICATE = 0.5
@@ -312,3 +314,61 @@ def excess_loss(w: jax.Array, x: jax.Array, y: jax.Array, loss_star: Any) -> jax
   if np.ndim(loss_star) != 0:
     raise ValueError(f"loss_star must be a scalar, got shape {np.shape(loss_star)}.")
   return logistic_loss(w, x, y) - loss_star
+
+
+# The ridge of the reference code's w* (its `reg`), used only when the data is
+# (quasi-)separable and the plain mean loss has no minimiser (e.g. w8a).
+SEPARABLE_RIDGE = 1e-9
+
+_OPTIMUM_CACHE: collections.OrderedDict = collections.OrderedDict()
+_OPTIMUM_CACHE_SIZE = 8
+
+
+def _digest(a: np.ndarray) -> str:
+  a = np.ascontiguousarray(a)
+  h = hashlib.blake2b(digest_size=16)
+  h.update(f"{a.dtype.str}{a.shape}".encode())
+  h.update(a.data)
+  return h.hexdigest()
+
+
+def optimum_loss(x: Any, y: Any) -> tuple[float, float]:
+  """``(loss_star, ridge)``: the non-private optimum that :func:`dpjax.fit` reports excess losses against.
+
+  Calls :func:`logistic_optimum` (float64 Newton). If the data is
+  (quasi-)separable the plain mean loss has no minimiser, and that raises
+  ``ValueError``; then the optimum of the ridge objective with
+  ``ridge = SEPARABLE_RIDGE`` (1e-9, the reference code's ``reg`` for w*)
+  is used instead, and its loss *without* the ridge term is returned. Results
+  are cached per dataset (by content hash) within the process.
+
+  Args:
+    x: float array ``[n, d]`` (concrete).
+    y: labels ``[n]`` in {-1, +1}.
+
+  Returns:
+    ``(loss_star, ridge)`` as Python floats.
+
+  Examples:
+    >>> from dpjax import data, solve
+    >>> x, y = data.synthetic(0, n=200, d=3)
+    >>> loss_star, ridge = solve.optimum_loss(x, y)
+    >>> round(loss_star, 6), ridge
+    (0.622482, 0.0)
+  """
+  x = np.asarray(jax.device_get(x))
+  y = np.asarray(jax.device_get(y))
+  key = (_digest(x), _digest(y))
+  if key in _OPTIMUM_CACHE:
+    _OPTIMUM_CACHE.move_to_end(key)
+    return _OPTIMUM_CACHE[key]
+  try:
+    value = (logistic_optimum(x, y).loss, 0.0)
+  except ValueError as err:
+    if "no minimiser" not in str(err):
+      raise
+    value = (logistic_optimum(x, y, ridge=SEPARABLE_RIDGE).loss, SEPARABLE_RIDGE)
+  _OPTIMUM_CACHE[key] = value
+  while len(_OPTIMUM_CACHE) > _OPTIMUM_CACHE_SIZE:
+    _OPTIMUM_CACHE.popitem(last=False)
+  return value

@@ -72,6 +72,7 @@ from dpjax import accounting as accounting_lib
 from dpjax import data as data_lib
 from dpjax import minibatch
 from dpjax import online
+from dpjax import solve
 from dpjax import tree_aggregation as ta
 from dpjax import transforms
 from dpjax.transforms import averaging
@@ -316,14 +317,13 @@ def scan_fit(tx: optax.GradientTransformation, w0: jax.Array, steps: int,
 def optimum_loss(x: np.ndarray, y: np.ndarray, loss: str) -> tuple[float, float]:
   """``(loss_star, ridge)``: the unconstrained empirical optimum, float64.
 
-  Logistic: :func:`dpjax.training.optimum_loss` (Newton; ridge ``1e-9`` on
+  Logistic: :func:`dpjax.solve.optimum_loss` (Newton; ridge ``1e-9`` on
   separable data). Least squares: ``min_w ||X w - y||^2 / (2n)`` by
   ``numpy.linalg.lstsq`` (minimum-norm solution; 0 when ``d >= n`` and the
   rows are independent).
   """
   if loss == "logistic":
-    from dpjax import training  # pylint: disable=g-import-not-at-top
-    return training.optimum_loss(x, y)
+    return solve.optimum_loss(x, y)
   x64, y64 = np.asarray(x, np.float64), np.asarray(y, np.float64)
   w = np.linalg.lstsq(x64, y64, rcond=None)[0]
   return float(0.5 * np.mean(np.square(x64 @ w - y64))), 0.0

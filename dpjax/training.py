@@ -20,8 +20,6 @@ update, ``optax.apply_updates`` and the public divergence guard.
 
 from __future__ import annotations
 
-import collections
-import hashlib
 import inspect
 import math
 import numbers
@@ -44,6 +42,7 @@ from dpjax import glm
 from dpjax import leaks
 from dpjax import noise
 from dpjax import solve
+from dpjax.solve import SEPARABLE_RIDGE, optimum_loss
 from dpjax import standardize as standardize_lib
 from dpjax import streaming
 from dpjax import transforms
@@ -88,9 +87,6 @@ _DEFAULT_AVERAGE = {"precond-gd": "last-half"}
 # data. See `fit` for why 1e4 never fires on a sane run.
 DEFAULT_GUARD_RADIUS = 1e4
 
-# The ridge of the reference code's w* (its `reg`), used only when the data is
-# (quasi-)separable and the plain mean loss has no minimiser (e.g. w8a).
-SEPARABLE_RIDGE = 1e-9
 
 # Arguments that `fit` sets itself; they cannot be passed as algorithm options.
 _RESERVED = ("n", "rho", "steps", "rho_per_step", "key", "curvature", "modification", "d")
@@ -106,9 +102,6 @@ _ALGORITHM_SPECS = {
     "qu-clip": ("dp_newton", {"curvature": "qu", "modification": "clip"}, "qu"),
     "qu-add": ("dp_newton", {"curvature": "qu", "modification": "add"}, "qu"),
 }
-
-_OPTIMUM_CACHE: collections.OrderedDict = collections.OrderedDict()
-_OPTIMUM_CACHE_SIZE = 8
 
 
 class FitResult(NamedTuple):
@@ -232,56 +225,6 @@ class FitResult(NamedTuple):
   seed: int | None = None
   neighbouring: str = "zero-out"
   standardization: Any = None
-
-
-def _digest(a: np.ndarray) -> str:
-  a = np.ascontiguousarray(a)
-  h = hashlib.blake2b(digest_size=16)
-  h.update(f"{a.dtype.str}{a.shape}".encode())
-  h.update(a.data)
-  return h.hexdigest()
-
-
-def optimum_loss(x: Any, y: Any) -> tuple[float, float]:
-  """``(loss_star, ridge)``: the non-private optimum used by :func:`fit`.
-
-  Calls :func:`dpjax.solve.logistic_optimum` (float64 Newton). If the data is
-  (quasi-)separable the plain mean loss has no minimiser, and that raises
-  ``ValueError``; then the optimum of the ridge objective with
-  ``ridge = SEPARABLE_RIDGE`` (1e-9, the reference code's ``reg`` for w*)
-  is used instead, and its loss *without* the ridge term is returned. Results
-  are cached per dataset (by content hash) within the process.
-
-  Args:
-    x: float array ``[n, d]`` (concrete).
-    y: labels ``[n]`` in {-1, +1}.
-
-  Returns:
-    ``(loss_star, ridge)`` as Python floats.
-
-  Examples:
-    >>> from dpjax import data, training
-    >>> x, y = data.synthetic(0, n=200, d=3)
-    >>> loss_star, ridge = training.optimum_loss(x, y)
-    >>> round(loss_star, 6), ridge
-    (0.622482, 0.0)
-  """
-  x = np.asarray(jax.device_get(x))
-  y = np.asarray(jax.device_get(y))
-  key = (_digest(x), _digest(y))
-  if key in _OPTIMUM_CACHE:
-    _OPTIMUM_CACHE.move_to_end(key)
-    return _OPTIMUM_CACHE[key]
-  try:
-    value = (solve.logistic_optimum(x, y).loss, 0.0)
-  except ValueError as err:
-    if "no minimiser" not in str(err):
-      raise
-    value = (solve.logistic_optimum(x, y, ridge=SEPARABLE_RIDGE).loss, SEPARABLE_RIDGE)
-  _OPTIMUM_CACHE[key] = value
-  while len(_OPTIMUM_CACHE) > _OPTIMUM_CACHE_SIZE:
-    _OPTIMUM_CACHE.popitem(last=False)
-  return value
 
 
 def _check_seed(seed: Any) -> int | None:
