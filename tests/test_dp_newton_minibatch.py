@@ -218,7 +218,7 @@ def _one_step(key, x, y, w, z_g, z_h, lam, modification):
 
 @pytest.fixture(scope="module")
 def one_step_draws():
-  """One step for each of ``_DRAWS`` keys, for every config, in ONE compiled program.
+  """One step for each of ``_DRAWS`` keys, for every config (one compiled program per config).
 
   ``{name: (u [draws, d], state [draws])}`` for the ``_NOISE`` configs (zero features) and
   "agree" (``_AGREE`` on real data); also the keys and the real data.
@@ -230,9 +230,11 @@ def one_step_draws():
   real = (x, y, jnp.linspace(-0.5, 0.5, d))
   configs = {**{name: (zeros, c) for name, c in _NOISE.items()}, "agree": (real, _AGREE)}
   keys = jax.random.split(jax.random.key(3), _DRAWS)
-  out = _jit_fast(lambda keys: {
-      name: jax.vmap(lambda k, a=args, c=c: _one_step(k, *a, *c))(keys)
-      for name, (args, c) in configs.items()})(keys)
+  # One compiled program per config, run one after the other: several independent batched
+  # eigh/Cholesky kernels in ONE program may run concurrently on XLA:CPU, and that deadlocked a
+  # 2-core test worker (killed by the suite's timeout after 900 s).
+  out = {name: _jit_fast(lambda keys, a=args, c=c: jax.vmap(lambda k: _one_step(k, *a, *c))(keys))(keys)
+         for name, (args, c) in configs.items()}
   return dict(out, keys=keys, real=real)
 
 
