@@ -378,12 +378,12 @@ def _host_key(key: Any) -> jax.Array:
 _split_two = jax.jit(jax.random.split)  # one dispatch instead of an eager chain per call
 
 
-@functools.partial(jax.jit, static_argnames=("sensitivity", "noise_std", "audit_scale"))
-def _aop_output(key: jax.Array, theta: jax.Array, *, sensitivity: float, noise_std: float,
+@functools.partial(jax.jit, static_argnames=("audit_scale",))
+def _aop_output(key: jax.Array, theta: jax.Array, sensitivity: jax.Array, noise_std: jax.Array, *,
                 audit_scale: float) -> jax.Array:
-  """AOP's output perturbation, compiled once per calibration (the exact sampler, eagerly, is
-  most of an AOP call). ``audit_scale`` only keys the cache: the release reads the audit
-  factor when it is traced."""
+  """AOP's output perturbation, compiled once for every calibration (the exact sampler, run
+  eagerly, is most of an AOP call; its plan is the same traced or not). ``audit_scale`` only
+  keys the cache: the release reads the audit factor when it is traced."""
   del audit_scale
   return noise.add_gaussian(key, theta, sensitivity=sensitivity, noise_std=noise_std)
 
@@ -488,7 +488,7 @@ def aop(
   with jax.enable_x64(True):
     released = np.asarray(jax.device_get(_aop_output(
         key_out, jnp.asarray(theta if certified else np.zeros(d), jnp.float64),
-        sensitivity=2.0 * n * cal.gamma / cal.big_lambda, noise_std=cal.sigma_out,
+        jnp.float64(2.0 * n * cal.gamma / cal.big_lambda), jnp.float64(cal.sigma_out),
         audit_scale=noise.audit_scale())), np.float64)
   info = {**cal._asdict(), "max_iter": max_iter, "private": True}
   return released, info
