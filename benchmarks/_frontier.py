@@ -151,6 +151,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
 
 import dpjax  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax import compiled  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import training  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -692,6 +693,7 @@ def run_dataset(name: str, args: argparse.Namespace, grids: Grids, families: Seq
   progress = _harness.ProgressBar(_estimate_ticks(families, grids), f"{desc} {name}")
   runner = Runner(ds, grids.epsilons, loss_star, progress.update)
   machine = _harness.machine_info()
+  compiled.clear()  # the compile times below are cold compiles, not earlier calls' programs
   provenance = {k: machine.get(k) for k in ("command", "commit", "dirty", "date")}
   payload: dict[str, Any] = {
       "machine": machine, "quick": bool(args.quick), "dataset": name, "n": n, "d": d,

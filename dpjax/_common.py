@@ -8,11 +8,9 @@ conventions once.
 
 from __future__ import annotations
 
-import math
 import numbers
 import os
 import secrets
-import time
 from typing import Any, BinaryIO, Callable, NamedTuple
 
 import jax
@@ -260,23 +258,6 @@ def gated(ok: jax.Array, state: Any, accountant: Any) -> dict:
 def float_dtype(params: Any) -> Any:
   """The float dtype of a transform's scalar state (sums, wealth, weights): the params'."""
   return jnp.result_type(*[jnp.asarray(leaf).dtype for leaf in jax.tree.leaves(params)])
-
-
-def compile_and_time(fn: Callable, args: tuple, timing_runs: int) -> tuple[Any, float, float]:
-  """``(outputs, seconds_compile, seconds_run)`` of a jitted ``fn`` on ``args``.
-
-  Lowering + compilation is timed apart from the runs; ``seconds_run`` is the
-  fastest of ``timing_runs`` executions, each until its results are ready.
-  """
-  t0 = time.perf_counter()
-  compiled = fn.lower(*args).compile()
-  seconds_compile = time.perf_counter() - t0
-  seconds_run, out = math.inf, None
-  for _ in range(timing_runs):
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(compiled(*args))
-    seconds_run = min(seconds_run, time.perf_counter() - t0)
-  return out, seconds_compile, seconds_run
 
 
 class Placement(NamedTuple):

@@ -57,6 +57,7 @@ import optax
 
 from dpjax import _common
 from dpjax import _validate
+from dpjax import compiled
 from dpjax import accounting as accounting_lib
 from dpjax import noise
 from dpjax import baselines
@@ -184,25 +185,37 @@ def _output(trajectory: np.ndarray, average: str) -> np.ndarray:
 
 
 def _run_compiled(one_repeat: Callable, x: np.ndarray, y: np.ndarray, repeats: int,
-                  seed: int | None, timing_runs: int, placement: Any = None
-                  ) -> tuple[Any, float, float]:
+                  seed: int | None, timing_runs: int, placement: Any = None, *,
+                  program: Any = None) -> tuple[Any, float, float]:
   """``jit(vmap(one_repeat))`` over the repeats' keys; ``x``, ``y`` sharded as ``placement``
   (:func:`dpjax._common.data_placement`: the caller's multi-device sharding) or on one device.
 
   The keys split ``dpjax._common.run_key(seed)``: fresh OS entropy for ``None``.
+  ``program`` describes everything ``one_repeat`` closes over (Python values):
+  a later call with the same description and argument shapes reuses the
+  compiled program (:mod:`dpjax.compiled`).
   """
   keys = _common.place_replicated(jax.random.split(_common.run_key(seed), repeats), placement)
   args = (keys, *_common.place_data(x, y, placement))
   jax.block_until_ready(args)
   fn = jax.jit(jax.vmap(one_repeat, in_axes=(0, None, None)))
-  out, seconds_compile, seconds_run = _common.compile_and_time(fn, args, timing_runs)
+  out, seconds_compile, seconds_run = compiled.compile_and_time(fn, args, timing_runs,
+                                                                key=program)
   return jax.device_get(out), seconds_compile, seconds_run
 
 
 def _trajectory_objective(objective: Callable, trajectory: np.ndarray, x: np.ndarray,
-                          y: np.ndarray) -> np.ndarray:
-  """``[R, T + 1]`` objective at every iterate: one compiled pass per repeat (reporting only)."""
-  per_repeat = jax.jit(lambda ws, x, y: jax.lax.map(lambda w: objective(w, x, y), ws))
+                          y: np.ndarray, program: Any = None) -> np.ndarray:
+  """``[R, T + 1]`` objective at every iterate: one compiled pass per repeat (reporting only).
+
+  ``program`` describes what ``objective`` closes over; calls with the same
+  description share the compiled pass (:func:`dpjax.compiled.jitted`).
+  """
+  def build():
+    return lambda ws, x, y: jax.lax.map(lambda w: objective(w, x, y), ws)
+
+  per_repeat = (compiled.jitted(("objective", program), build) if program is not None
+                else jax.jit(build()))
   xs, ys = jax.device_put(x), jax.device_put(y)
   return np.stack([np.asarray(per_repeat(jnp.asarray(ws), xs, ys)) for ws in trajectory])
 
@@ -310,7 +323,10 @@ def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, acco
     w0 = jnp.zeros((d,), x.dtype)
     return _scan_iterates(tx, w0, steps, lambda w: (None, {"data": (x, y)}), guard_radius)
 
-  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement)
+  program = ("poisson", algorithm, n, d, batch_size, curvature_batch_size, epsilon, delta, steps,
+             options, guard_radius, transforms.dp_sgd, transforms.dp_newton_minibatch)
+  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement,
+                                        program=program)
   trajectory, state, resets = out
   objective = lambda w, x, y: glm.logistic_loss(w, x, y)  # noqa: E731
   return _finish(trajectory, state, resets, x, y, objective=objective,
@@ -319,12 +335,12 @@ def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, acco
                  seconds=(t_compile, t_run), average=average,
                  gradient_evaluations=steps,
                  curvature_evaluations=steps if algorithm == "newton-minibatch" else 0,
-                 loss="logistic", options=options)
+                 loss="logistic", options=options, objective_program=("logistic",))
 
 
 def _finish(trajectory, state, resets, x, y, *, objective, host, optimum, rho, epsilon, delta,
             accounting, private, steps, seconds, average, gradient_evaluations,
-            curvature_evaluations, loss, options) -> Run:
+            curvature_evaluations, loss, options, objective_program=None) -> Run:
   trajectory = np.asarray(trajectory)
   params = _output(trajectory, average)
   loss_star, ridge = optimum()
@@ -332,7 +348,7 @@ def _finish(trajectory, state, resets, x, y, *, objective, host, optimum, rho, e
   r = params.shape[0]
   rho_spent = (np.atleast_1d(accounting_lib.spent_rho(streaming.accountant_of(state)))
                if state is not None else np.zeros(r))
-  return Run(n=int(x.shape[0]), params=params, losses=_trajectory_objective(objective, trajectory, x, y),
+  return Run(n=int(x.shape[0]), params=params, losses=_trajectory_objective(objective, trajectory, x, y, objective_program),
              excess_losses=both[:r] - loss_star, final_excess_losses=both[r:] - loss_star,
              loss_star=float(loss_star), ridge=float(ridge), rho=rho, epsilon=float(epsilon),
              delta=float(delta), accounting=accounting, private=private, steps=steps,
@@ -375,7 +391,9 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
 
     return _scan_iterates(tx, w0, steps, inputs, guard_radius)
 
-  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement)
+  program = ("cubic", kwargs, mu, d, steps, guard_radius, transforms.cubic_newton)
+  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement,
+                                        program=program)
   trajectory, state, resets = out
   objective = lambda w, x, y: glm.logistic_loss(w, x, y) + 0.5 * mu * jnp.sum(w * w)  # noqa: E731
   return _finish(trajectory, state, resets, x, y, objective=objective,
@@ -384,7 +402,8 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
                  epsilon=epsilon, delta=delta, accounting=accounting, private=True, steps=steps,
                  seconds=(t_compile, t_run), average=average, gradient_evaluations=steps,
                  curvature_evaluations=steps, loss="l2_logistic",
-                 options=dict(options, mu=mu, radius=radius))
+                 options=dict(options, mu=mu, radius=radius),
+                 objective_program=("l2_logistic", mu))
 
 
 def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps, repeats, seed,
@@ -427,7 +446,10 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
 
     return _scan_iterates(tx, w0, steps, inputs, guard_radius)
 
-  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement)
+  program = ("general", algorithm, loss, loss_options, kwargs, d, steps, curvature, guard_radius,
+             factory)
+  out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement,
+                                        program=program)
   trajectory, state, resets = out
 
   def host(p):
@@ -444,7 +466,8 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
                  optimum=optimum, rho=rho, epsilon=epsilon, delta=delta, accounting=accounting,
                  private=True, steps=steps, seconds=(t_compile, t_run), average=average,
                  gradient_evaluations=steps, curvature_evaluations=steps if newton else 0,
-                 loss=loss, options=dict(options, **loss_options))
+                 loss=loss, options=dict(options, **loss_options),
+                 objective_program=("general", loss, loss_options))
 
 
 def _baseline(x, y, algorithm, *, rho, epsilon, delta, steps, repeats, seed, accounting,

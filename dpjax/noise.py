@@ -141,6 +141,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax import compiled
 
 __all__ = [
     "TABLE_SIGMA",
@@ -573,6 +574,9 @@ def audit_scale() -> float:
   this value, since the factor is read when the release is traced.
   """
   return _AUDIT_SCALE[0]
+
+
+compiled.add_trace_setting("dpjax.noise.audit_scale", audit_scale)
 
 
 def _leaves(value: Any) -> tuple[list, Any]:

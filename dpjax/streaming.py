@@ -69,6 +69,7 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
+from dpjax import compiled
 from dpjax import data as data_lib
 from dpjax import minibatch
 from dpjax import online
@@ -467,7 +468,10 @@ def execute(plan: StreamPlan, *, rho: float, seed: int | None, timing_runs: int)
   args = (keys, *_common.place_data(x, y, plan.placement))  # sharded as the caller's x, or not.
   jax.block_until_ready(args)
   run = jax.jit(jax.vmap(one_repeat, in_axes=(0, None, None)))
-  result, seconds_compile, seconds_run = _common.compile_and_time(run, args, timing_runs)
+  program = ("stream", plan.algorithm, plan.n, d, b, steps, rho, plan.loss, plan.options,
+             plan.average, make_transform)
+  result, seconds_compile, seconds_run = compiled.compile_and_time(run, args, timing_runs,
+                                                                   key=program)
   out, w_last, losses, state = jax.device_get(result)
   loss_star, ridge = optimum_loss(x, y, plan.loss)
   both = host_losses(np.concatenate([out, w_last]), x, y, plan.loss)

@@ -155,3 +155,20 @@ def known_optima():
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(training, "optimum_loss", optimum_loss)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _fresh_compiled_programs(request):
+  """A test that replaces library functions (``monkeypatch``) gets no program compiled before.
+
+  ``dpjax.compiled`` keys a run's program on its configuration, not on the
+  functions it traces; a replaced function must be traced anew, so the shared
+  programs are dropped before and after such a test.
+  """
+  if "monkeypatch" not in request.fixturenames:
+    yield
+    return
+  from dpjax import compiled  # pylint: disable=g-import-not-at-top
+  compiled.clear()
+  yield
+  compiled.clear()

@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "dpjax"
 # lower one; a new module must be given a layer here.
 LAYERS: dict[int, tuple[str, ...]] = {
     0: ("_validate", "leaks", "progress"),                    # plumbing
-    1: ("_common", "checkpoint"),
+    1: ("_common", "checkpoint", "compiled"),
     2: ("data", "glm", "per_example", "losses", "spectral",   # data and the problem
         "solve", "minibatch", "_neighbouring"),
     3: ("accounting", "noise", "sampling", "tree_aggregation",  # accounting and mechanisms

@@ -64,7 +64,7 @@ def test_sharded_inputs_match_unsharded():
 
 
 # dpjax.fit with x, y sharded along n over an 8-device mesh: the compiled run
-# must receive them with that sharding (the spy on _common.compile_and_time
+# must receive them with that sharding (the spy on compiled.compile_and_time
 # reads the compiled program's input shardings and HLO) and must reproduce
 # the unsharded fit with the same seed. Paths: fit's main path (fit and
 # fit_levels), dpjax.drivers (dp-sgd) and dpjax.streaming (otb).
@@ -73,18 +73,18 @@ _FIT_SCRIPT = textwrap.dedent(
     import jax, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import dpjax
-    from dpjax import _common, data, training
+    from dpjax import compiled, data, training
 
     assert len(jax.devices()) == 8, jax.devices()
     seen = []
-    _compile_and_time = _common.compile_and_time
+    _compile_and_time = compiled.compile_and_time
 
-    def spy(fn, args, timing_runs):
-      compiled = fn.lower(*args).compile()
-      seen.append((compiled.input_shardings[0], compiled.as_text()))
-      return _compile_and_time(fn, args, timing_runs)
+    def spy(fn, args, timing_runs, key=None):
+      program = fn.lower(*args).compile()
+      seen.append((program.input_shardings[0], program.as_text()))
+      return _compile_and_time(fn, args, timing_runs, key=key)
 
-    _common.compile_and_time = spy
+    compiled.compile_and_time = spy
     mesh = Mesh(np.array(jax.devices()), ("data",))
     rows, labels = NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P("data"))
     ds = data.synthetic(5, n=800, d=6)

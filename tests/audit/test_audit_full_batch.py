@@ -13,6 +13,7 @@ import types
 import jax
 import pytest
 
+from dpjax import compiled
 from dpjax import noise
 from dpjax.audit import mechanisms
 
@@ -67,12 +68,14 @@ def _one_newton_release_scaled(which: str, factor: float, *, adaptive: bool):
                                tv_slack=noise.tv_slack, draw_atoms=noise.draw_atoms)
   original = module.noise
   jax.clear_caches()
+  compiled.clear()
   module.noise = shim
   try:
     yield
   finally:
     module.noise = original
     jax.clear_caches()
+    compiled.clear()
   assert calls[0] > 0 and calls[0] % len(order) == 0, calls  # whole updates were traced
 
 
