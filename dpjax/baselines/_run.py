@@ -1,0 +1,256 @@
+"""The uniform whole-run entry point of the baselines: :func:`run_baseline` and its result.
+
+Not a baseline of its own: it runs one of ``BASELINES`` and reports, in
+:class:`BaselineResult`, whether that baseline's output is private
+(``PRIVATE``: ``"aop"`` (epsilon, delta)-DP, ``"damped-newton-private"``
+rho-zCDP, ``"damped-newton"`` and ``"dp-gd-oracle"`` NOT private) and why
+(each baseline's module says so in full). The iterative baselines run as one
+``jax.jit`` of a ``jax.vmap`` over keys of a ``lax.scan`` over steps, compiled
+once per configuration; AOP runs on the host in float64. The divergence guard
+is public post-processing of the iterates and costs no privacy.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import lax
+
+from dpjax import _common
+from dpjax import _validate
+from dpjax import accounting
+from dpjax import glm
+from dpjax.baselines import _checks
+from dpjax.baselines.aop import aop, aop_calibration
+from dpjax.baselines.damped_newton import damped_newton
+from dpjax.baselines.damped_newton_private import damped_newton_private
+from dpjax.baselines.dp_gd_oracle import dp_gd_oracle
+
+__all__ = ["BASELINES", "GUARD_RADIUS", "PRIVATE", "BaselineResult", "run_baseline"]
+
+BASELINES = ("aop", "damped-newton", "damped-newton-private", "dp-gd-oracle")
+PRIVATE = {"aop": True, "damped-newton": False, "damped-newton-private": True,
+           "dp-gd-oracle": False}
+
+# Public divergence bound on ||w_t|| (the value of dpjax.training.DEFAULT_GUARD_RADIUS):
+# an iterate beyond it (or not finite) is reset to w_0. Post-processing of the
+# released iterate, no privacy cost.
+GUARD_RADIUS = 1e4
+
+
+class BaselineResult(NamedTuple):
+  """Result of :func:`run_baseline`. Arrays are host numpy arrays.
+
+  With a batch of keys every array gains a leading ``[repeats]`` axis.
+
+  Attributes:
+    params: ``[d]`` the output (AOP: ``theta + noise``; else the final iterate ``w_T``).
+    losses: ``[steps + 1]`` mean loss at ``w_0 .. w_T`` (reporting only, not
+      private), or ``None`` for AOP (not iterative).
+    private: whether the output is differentially private at
+      ``(epsilon, delta)`` (and ``rho`` when given). When False, ``epsilon``,
+      ``delta`` and ``rho`` only describe the noise that was added.
+    epsilon, delta: the (nominal, when not private) (epsilon, delta).
+    rho: the zCDP budget of the noise (iterative baselines); ``None`` for AOP,
+      which is (epsilon, delta)-DP and not zCDP-accounted.
+    info: details: ``name``, ``why`` (the privacy statement), ``steps``,
+      ``rho_spent`` (read from the accountant), ``guard_resets``,
+      ``step_sizes`` ([steps] eta per step) for the iterative ones; the
+      calibration and ``max_iter`` for AOP (public values only: nothing
+      about how its minimiser converged).
+  """
+
+  params: np.ndarray
+  losses: np.ndarray | None
+  private: bool
+  epsilon: float
+  delta: float
+  rho: float | None
+  info: dict
+
+
+_WHY = {
+    "aop": "(epsilon, delta)-DP: approximate minima perturbation (Iyengar et al. 2019) with "
+           "the true row-norm bound L and smoothness L^2/4; not zCDP-accounted.",
+    "damped-newton": "NOT private: the step size min(1, log(1+beta)/beta) reads the noise-free "
+                     "Newton step (Avella-Medina et al. 2021, p. 22, as run in the paper).",
+    "damped-newton-private": "rho-zCDP: noisy gradient and symmetrised noisy Hessian (Gaussian "
+                             "mechanisms); the step size is post-processing or public.",
+    "dp-gd-oracle": "NOT private: the step size is a line search on the true loss.",
+}
+_FACTORIES = {"damped-newton": damped_newton, "damped-newton-private": damped_newton_private,
+              "dp-gd-oracle": dp_gd_oracle}
+
+
+def _keys(key: Any) -> tuple[jax.Array, bool]:
+  """A typed key array ``[R]`` and whether the caller passed a batch."""
+  if isinstance(key, (jax.Array, np.ndarray)) and np.ndim(key) == 1:
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+      raise TypeError("a batch of keys must be typed PRNG keys, e.g. "
+                      "jax.random.split(jax.random.key(0), repeats).")
+    if key.shape[0] < 1:
+      raise ValueError("the batch of keys is empty; pass at least one key.")
+    return key, True
+  return _common.canonical_key(key)[None], False
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled_run(name: str, kwargs: tuple, steps: int, guard_radius: float):
+  """``jit(vmap(one_run))`` over keys for one configuration (cached: repeated calls,
+  e.g. over seeds or in a benchmark, compile once per data shape)."""
+  factory = _FACTORIES[name]
+  kwargs = dict(kwargs)
+  newton = name != "dp-gd-oracle"
+
+  def one_run(k, x, y):
+    tx = factory(key=k, **kwargs)
+    w0 = jnp.zeros((x.shape[1],), x.dtype)
+
+    def step(carry, _):
+      w, state = carry
+      if newton:
+        loss, g, h = glm.logistic_grad_and_curvature(w, x, y, "hessian")
+        u, state = tx.update(g, state, w, curvature_matrix=h)
+      else:
+        loss, g = glm.logistic_loss_and_grad(w, x, y)
+        u, state = tx.update(g, state, w, x=x, y=y)
+      w = optax.apply_updates(w, u)
+      # Public guard: `not (norm <= R)` is also True for NaN.
+      diverged = jnp.logical_not(jnp.linalg.norm(w) <= guard_radius)
+      w = jnp.where(diverged, w0, w)
+      return (w, state), (loss, diverged, state.step_size)
+
+    (w, state), (losses, resets, etas) = lax.scan(step, (w0, tx.init(w0)), None, length=steps)
+    losses = jnp.concatenate([losses, glm.logistic_loss(w, x, y)[None]])
+    return w, losses, jnp.sum(resets), etas, state.accountant
+
+  return jax.jit(jax.vmap(one_run, in_axes=(0, None, None)))
+
+
+def run_baseline(
+    name: str,
+    x: Any,
+    y: Any,
+    *,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    delta: float | None = None,
+    steps: int | None = None,
+    key: int | jax.Array,
+    accounting_method: str = "gaussian",
+    row_norm_bound: float = 1.0,
+    guard_radius: float = GUARD_RADIUS,
+    **options: Any,
+) -> BaselineResult:
+  """Runs one baseline of Fig. 2 / Fig. 3 on ``(x, y)``; the uniform entry point.
+
+  ``name`` is one of ``BASELINES``; see the table of :mod:`dpjax.baselines`
+  for which are private and why. Exactly one of ``epsilon`` and ``rho``;
+  ``delta`` defaults to ``n**-2``. The iterative baselines convert with
+  ``accounting.resolve_budget(n, ..., method=accounting_method)`` and split
+  ``rho`` evenly over ``steps``; AOP takes ``epsilon`` (a given ``rho`` is
+  converted to the epsilon of ``zcdp_to_epsilon(rho, delta, accounting_method)``,
+  the reference runner's comparison convention) and no ``steps``.
+
+  The iterative runs start at ``w_0 = 0`` and are one ``jax.jit`` of a
+  ``jax.vmap`` over the keys of a ``lax.scan`` over the steps: each step makes
+  one fused pass over the data (:mod:`dpjax.glm`), the transform's update and
+  the public divergence guard (reset to ``w_0`` when ``||w|| > guard_radius``
+  or not finite; post-processing). ``key`` is an int seed, a typed key, or a
+  1-D batch of typed keys (results then have a leading repeat axis).
+
+  Args:
+    name: one of ``BASELINES``.
+    x: float array ``[n, d]``, row norms ``<= row_norm_bound`` (validated).
+    y: float array ``[n]``, labels in {-1, +1} (validated).
+    epsilon: target epsilon, or
+    rho: total zCDP budget.
+    delta: in (0, 1); default ``n**-2``.
+    steps: number of steps (iterative baselines only).
+    key: int seed, typed PRNG key, or a 1-D array of typed keys.
+    accounting_method: the (epsilon, delta) <-> zCDP conversion
+      (``dpjax.accounting.METHODS``; "gaussian" is exact for these Gaussian
+      mechanisms, see :func:`dpjax.fit`).
+    row_norm_bound: ``L``: the public row-norm bound every calibration uses.
+    guard_radius: the public divergence bound (> 0).
+    **options: forwarded to :func:`aop` or to the transform factory (e.g.
+      ``grad_frac``, ``min_eigenvalue``, ``step_size``, ``eps_frac``).
+
+  Returns:
+    A :class:`BaselineResult`.
+
+  Raises:
+    ValueError, TypeError: eagerly, before any work: unknown name, bad data,
+      budget, steps or options.
+
+  Examples:
+    >>> from dpjax import baselines, data
+    >>> x, y = data.synthetic(0, n=1000, d=5)
+    >>> r = baselines.run_baseline("damped-newton-private", x, y, epsilon=1.0, steps=5, key=0)
+    >>> r.params.shape, r.losses.shape, r.private, r.rho is not None
+    ((5,), (6,), True, True)
+    >>> baselines.run_baseline("damped-newton", x, y, epsilon=1.0, steps=5, key=0).private
+    False
+  """
+  name = _validate.choice(name, "name", BASELINES)
+  row_norm_bound = _validate.positive_float(row_norm_bound, "row_norm_bound")
+  n, d = _checks.check_data(x, y, row_norm_bound)
+  method = _validate.choice(accounting_method, "accounting_method", accounting.METHODS)
+  keys, batched = _keys(key)
+
+  if name == "aop":
+    if steps is not None:
+      raise TypeError("aop is not iterative: remove steps.")
+    delta = _checks.check_delta(delta, n)
+    if (epsilon is None) == (rho is None):
+      raise ValueError("pass exactly one privacy budget: epsilon=<eps> or rho=<zCDP rho> "
+                       "(converted to epsilon at delta).")
+    if epsilon is None:
+      epsilon = accounting.zcdp_to_epsilon(_validate.positive_float(rho, "rho"), delta, method)
+    allowed = {"eps_frac", "eps_out_frac", "gamma", "max_iter"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+      raise TypeError(f"unknown option(s) {unknown} for 'aop'; it takes {sorted(allowed)}.")
+    aop_calibration(n, epsilon, delta, row_norm_bound=row_norm_bound,
+                    **{k: v for k, v in options.items() if k != "max_iter"})  # eager checks
+    outs, infos = [], []
+    for k in keys:
+      theta, info = aop(x, y, epsilon=epsilon, delta=delta, key=k,
+                        row_norm_bound=row_norm_bound, **options)
+      outs.append(theta)
+      infos.append(info)
+    info = {"name": name, "why": _WHY[name], **infos[0]}  # public: the same for every key
+    params = np.stack(outs) if batched else outs[0]
+    return BaselineResult(params, None, True, float(epsilon), float(delta), None, info)
+
+  if steps is None:
+    raise ValueError(f"{name!r} is iterative: pass steps=<T>.")
+  steps = _validate.positive_int(steps, "steps")
+  guard_radius = _validate.positive_float(guard_radius, "guard_radius")
+  _common.check_host_float(np.asarray(jax.device_get(x)), "x")  # never rounded silently
+  rho, epsilon, delta = accounting.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
+                                                  method=method)
+  factory = _FACTORIES[name]
+  for reserved in ("n", "rho", "steps", "rho_per_step", "key", "row_norm_bound"):
+    if reserved in options:
+      raise TypeError(f"{reserved} is set by run_baseline; remove it from the options.")
+  kwargs = dict(n=n, rho=rho, steps=steps, row_norm_bound=row_norm_bound, **options)
+  factory(key=0, **kwargs)  # constructor checks, eagerly.
+  x_dev, y_dev = jnp.asarray(x), jnp.asarray(y)
+  try:
+    run = _compiled_run(name, tuple(sorted(kwargs.items())), steps, guard_radius)
+  except TypeError:  # an unhashable option value: build without the cache.
+    run = _compiled_run.__wrapped__(name, tuple(sorted(kwargs.items())), steps, guard_radius)
+  w, losses, resets, etas, acc = jax.device_get(run(keys, x_dev, y_dev))
+  spent = np.asarray(accounting.spent_rho(acc), np.float64)
+  sl = slice(None) if batched else 0
+  info = {"name": name, "why": _WHY[name], "steps": steps, "rho_spent": spent[sl],
+          "guard_resets": np.asarray(resets)[sl], "step_sizes": np.asarray(etas)[sl],
+          "accounting_method": method, "options": dict(options)}
+  return BaselineResult(np.asarray(w)[sl], np.asarray(losses)[sl], PRIVATE[name],
+                        float(epsilon), float(delta), float(rho), info)
