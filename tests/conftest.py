@@ -19,6 +19,38 @@ import jax  # noqa: E402  pylint: disable=g-import-not-at-top
 import numpy as np
 import pytest
 
+# One persistent XLA cache for the whole run, shared by the workers and the subprocesses the
+# tests start (CLI runs, notebook kernels): a program that another test already compiled (same
+# HLO, same options: JAX's key) is loaded instead of compiled. The controller makes the folder
+# before the workers start and removes it at the end (pytest_unconfigure); a run that sets
+# JAX_COMPILATION_CACHE_DIR itself keeps its own folder. A size limit turns on JAX's file lock
+# (the dev extra's filelock), so two workers never read an entry while it is being written;
+# without filelock the run goes without the cache.
+try:
+  import filelock  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+except ImportError:
+  filelock = None
+if filelock is not None:
+  if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile  # pylint: disable=g-import-not-at-top
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="dpjax-tests-xla-")
+    os.environ["DPJAX_TESTS_OWN_XLA_CACHE"] = str(os.getpid())
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
+  jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+  jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+  jax.config.update("jax_compilation_cache_max_size",
+                    int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
+
+
+def pytest_unconfigure(config):
+  """The process that made the shared XLA cache folder removes it."""
+  del config
+  if os.environ.get("DPJAX_TESTS_OWN_XLA_CACHE") == str(os.getpid()):
+    import shutil  # pylint: disable=g-import-not-at-top
+    shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The shared LIBSVM files live beside the repository (../shared/data); CI lays
 # a copy there. DPJAX_DATA_DIR overrides the location.
