@@ -383,7 +383,7 @@ def test_fit_past_the_total_is_refused_before_any_work(monkeypatch):
   def no_work(*args, **kwargs):
     raise AssertionError("the refused fit compiled or ran")
 
-  monkeypatch.setattr(dpsk, "_compiled_run", no_work)
+  monkeypatch.setattr(dpsk.logistic, "_compiled_run", no_work)  # where fit looks it up
   monkeypatch.setattr(dpsk.data_lib, "clip_rows", no_work)
   monkeypatch.setattr(dpsk.training, "make_transform", no_work)  # its checks trace
   second = _quick(accountant=acc, epsilon=0.1)

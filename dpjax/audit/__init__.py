@@ -5,7 +5,13 @@
   2021);
 * :mod:`dpjax.audit.mechanisms`: the audits of dpjax's shipped mechanisms,
   channel by channel, with worst-case canaries, and their deliberately
-  broken twins (half the noise; twice the sensitivity).
+  broken twins (half the noise; twice the sensitivity). It is the entry
+  point, re-exporting what is defined in :mod:`~dpjax.audit.core` (types,
+  constants, noise injection), :mod:`~dpjax.audit.datasets` (the neighbouring
+  datasets), the builders :mod:`~dpjax.audit.full_batch`,
+  :mod:`~dpjax.audit.streams` and :mod:`~dpjax.audit.host`,
+  :mod:`~dpjax.audit.registry` (the entries, :func:`make_setup`) and
+  :mod:`~dpjax.audit.runner` (:func:`run_audit`, :func:`audit`).
 
 Needs the ``audit`` extra (scipy).
 """
