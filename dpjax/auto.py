@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
+from dpjax import transforms
 
 __all__ = [
     "AutoChoice",
@@ -216,8 +217,10 @@ def choose(
   rho, _, _ = accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
                                             method=accounting)
   _, l1 = _LOSS_CONSTANTS[loss]
-  sigma_h = accounting_lib.gaussian_sigma(l1 / n, CURVATURE_FRAC * rho)
-  floor = KAPPA * math.sqrt(2.0 * d) * sigma_h
+  # The precond-gd release's own noise (one release; its share does not depend on the steps).
+  budget = transforms.precond_budget(rho, steps=1, curvature_frac=CURVATURE_FRAC)
+  sigma_h = transforms.precond_noise(n=n, budget=budget, curvature_norm_bound=l1).curvature_std
+  floor = transforms.eigenvalue_floor(sigma_h, d=d, kappa=KAPPA)
   d_star = precond_crossover_d(n, rho)
   if d <= MAX_PRECOND_D and floor < l1:
     m = precond_steps(n, d, rho)

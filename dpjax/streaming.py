@@ -183,12 +183,13 @@ def baseline_learning_rate(algorithm: str, *, d: int, batch_size: int, steps: in
   algorithm = _validate.choice(algorithm, "algorithm", ("single-pass-dp-sgd", "dp-ftrl"))
   lipschitz, _ = loss_constants(loss, radius=radius, label_bound=label_bound)
   clip = lipschitz if clip_norm is None else _validate.positive_float(clip_norm, "clip_norm")
-  factor = minibatch.sensitivity_factor(neighbouring)
+  # Each baseline's own noise, from its mechanism.
   if algorithm == "single-pass-dp-sgd":
-    noise = accounting_lib.gaussian_sigma(factor * clip, rho)
+    _, noise = transforms.single_pass_noise_scale(clip_norm=clip, rho=rho,
+                                                  neighbouring=neighbouring)
   else:
-    levels, c = ta.calibrate(num_levels=None, steps=steps, rho=rho, noise_multiplier=None)
-    noise = c * factor * clip * math.sqrt(levels)
+    noise = ta.prefix_noise_scale(steps=steps, rho=rho,
+                                  sensitivity=minibatch.sensitivity_factor(neighbouring) * clip)
   return default_learning_rate(diameter=2 * radius, lipschitz=lipschitz, noise_std=noise,
                                batch_size=batch_size, steps=steps, d=d)
 
@@ -255,11 +256,10 @@ def make_transform(algorithm: str, *, d: int, batch_size: int, steps: int, rho: 
     learner = online.strongly_convex_ogd(radius=radius, **options)
   else:
     if "scale" not in options:
-      levels, c = ta.calibrate(num_levels=None, steps=steps, rho=rho,
-                               noise_multiplier=None)
+      # The tree's prefix-sum noise over the d coordinates, from the mechanism.
       clip_value = _validate.positive_float(clip, "clip_norm")
-      options["scale"] = steps**k * (
-          lipschitz + c * factor * clip_value * math.sqrt(d * levels) / (steps * batch_size))
+      noise = ta.prefix_noise_scale(steps=steps, rho=rho, sensitivity=factor * clip_value, dim=d)
+      options["scale"] = steps**k * (lipschitz + noise / (steps * batch_size))
     learner = online.kt_betting(radius=radius, **options)
   return transforms.online_to_batch(learner, steps=steps, rho=rho, k=k, clip_norm=clip,
                                     mode=mode, **common)

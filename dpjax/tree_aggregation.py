@@ -121,6 +121,7 @@ __all__ = [
     "nodes_released",
     "num_levels_for",
     "prefix_nodes",
+    "prefix_noise_scale",
     "prefix_variance",
     "tree_init",
     "tree_prefix_sum",
@@ -237,6 +238,27 @@ def calibrate(*, num_levels: int | None, steps: int | None, rho: Any,
     c = (_validate.positive_float(noise_multiplier, "noise_multiplier")
          if _validate.is_concrete(noise_multiplier) else noise_multiplier)
   return levels, c
+
+
+def prefix_noise_scale(*, steps: int, rho: Any, sensitivity: float, dim: int = 1) -> Any:
+  """``c Delta sqrt(dim L)``: the noise scale of a prefix sum at the tree's full depth.
+
+  A prefix sum of a tree of ``L = num_levels_for(steps)`` levels adds up at
+  most ``L`` released nodes, each with Gaussian noise of std ``c Delta`` per
+  coordinate (``c`` from :func:`calibrate` with the full tree's ``rho``), so
+  its noise has std at most ``c Delta sqrt(L)`` per coordinate and an
+  expected squared norm of at most ``(c Delta)^2 dim L`` over ``dim``
+  coordinates. Defaults that need the noise of a tree release (a step size,
+  a betting scale) ask for it here instead of deriving it again. ``rho`` may
+  be traced.
+
+  Examples:
+    >>> from dpjax import tree_aggregation as ta
+    >>> round(ta.prefix_noise_scale(steps=7, rho=1.5, sensitivity=2.0), 6)  # c = 1, L = 3
+    3.464102
+  """
+  levels, c = calibrate(num_levels=None, steps=steps, rho=rho, noise_multiplier=None)
+  return c * sensitivity * math.sqrt(dim * levels)
 
 
 SCHEDULE_CHECK_STEPS = 1 << 16  # steps a schedule is checked on at construction.

@@ -127,3 +127,15 @@ def test_fit_auto_takes_no_tuning_arguments(kwargs, match, monkeypatch):
   monkeypatch.setattr(jax, "jit", no_work)
   with pytest.raises(TypeError, match=match):
     fit_lib.fit(data.synthetic(0, n=50, d=3), "auto", epsilon=1.0, **kwargs)
+
+
+@pytest.mark.parametrize("n, d, rho", [(10_000, 5, 0.5), (2_000, 40, 0.05)])
+def test_the_floor_is_the_one_precond_gd_releases_with(n, d, rho):
+  """auto asks precond-gd's mechanism for the floor: the same number the transform uses."""
+  from dpjax import transforms  # pylint: disable=g-import-not-at-top
+  choice = auto.choose(n=n, d=d, rho=rho)
+  tx = transforms.dp_precond_gd(n=n, rho=rho, steps=8, curvature_frac=auto.CURVATURE_FRAC,
+                                kappa=auto.KAPPA, key=0)
+  w = jax.numpy.zeros(d)
+  _, state = tx.update(jax.numpy.zeros(d), tx.init(w), w, curvature_matrix=jax.numpy.eye(d) / 4)
+  np.testing.assert_allclose(float(state.eigenvalue_floor), choice.eigenvalue_floor, rtol=1e-6)

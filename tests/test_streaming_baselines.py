@@ -200,3 +200,28 @@ def test_ftrl_charges_the_tree_slack_and_offers_the_float_opt_out():
   assert accounting.spent_truncation(state.prefix.accountant) == 0.0
   assert accounting.spent_rho(state.prefix.accountant) == pytest.approx(1.0, rel=1e-9)
   assert np.all(np.isfinite(unsafe_ws)) and not np.array_equal(unsafe_ws, ws)
+
+
+@pytest.mark.parametrize("neighbouring", ["zero-out", "replace-one"])
+def test_default_steps_use_the_mechanisms_own_noise(neighbouring):
+  """The baselines' default step sizes read the noise their transform draws, from the mechanism."""
+  from dpjax import streaming, transforms  # pylint: disable=g-import-not-at-top
+  d, b, steps, rho = 6, 32, 40, 0.3
+  tx = streaming.make_transform("single-pass-dp-sgd", d=d, batch_size=b, steps=steps, rho=rho,
+                                loss="logistic", key=0, neighbouring=neighbouring)
+  drawn = float(tx.init(jnp.zeros(d)).noise_std)
+  _, s = transforms.single_pass_noise_scale(clip_norm=1.0, rho=rho, neighbouring=neighbouring)
+  np.testing.assert_allclose(drawn, s, rtol=1e-6)
+  for algorithm, noise_std in [("single-pass-dp-sgd", s),
+                               ("dp-ftrl", ta.prefix_noise_scale(
+                                   steps=steps, rho=rho,
+                                   sensitivity=minibatch.sensitivity_factor(neighbouring)))]:
+    lr = streaming.baseline_learning_rate(algorithm, d=d, batch_size=b, steps=steps, rho=rho,
+                                          loss="logistic", neighbouring=neighbouring)
+    expected = streaming.default_learning_rate(diameter=2.0, lipschitz=1.0, noise_std=noise_std,
+                                               batch_size=b, steps=steps, d=d)
+    assert lr == expected
+  # The tree's prefix-sum scale is c Delta sqrt(L) per coordinate: its node noise times sqrt(L).
+  levels, c = ta.calibrate(num_levels=None, steps=steps, rho=rho, noise_multiplier=None)
+  assert ta.prefix_noise_scale(steps=steps, rho=rho, sensitivity=2.0, dim=d) == pytest.approx(
+      c * 2.0 * math.sqrt(d * levels), rel=1e-12)

@@ -71,13 +71,20 @@ from dpjax.transforms.online_to_batch import (
     difference_clip_bound,
     online_to_batch,
 )
-from dpjax.transforms.single_pass_dp_sgd import SinglePassDPSGDState, single_pass_dp_sgd
+from dpjax.transforms.single_pass_dp_sgd import (
+    SinglePassDPSGDState,
+    single_pass_dp_sgd,
+    single_pass_noise_scale,
+)
 from dpjax.transforms.dp_precond_gd import (
     DPPrecondGDState,
     PrecondBudget,
+    PrecondNoise,
     clipped_inverse,
     dp_precond_gd,
+    eigenvalue_floor,
     precond_budget,
+    precond_noise,
 )
 
 __all__ = [
@@ -101,6 +108,7 @@ __all__ = [
     "NewtonBudget",
     "OnlineToBatchState",
     "PrecondBudget",
+    "PrecondNoise",
     "SinglePassDPSGDState",
     "TailAverageState",
     "adaptive_min_eigenvalue",
@@ -113,12 +121,15 @@ __all__ = [
     "dp_newton",
     "dp_newton_minibatch",
     "dp_precond_gd",
+    "eigenvalue_floor",
+    "precond_noise",
     "dp_sgd",
     "newton_budget",
     "online_to_batch",
     "precond_budget",
     "sampled_grad_and_curvature",
     "single_pass_dp_sgd",
+    "single_pass_noise_scale",
     "tail_average",
     "trace_sensitivity",
 ]

@@ -169,6 +169,57 @@ def precond_budget(
   return PrecondBudget(releases, rho_curvature / releases, (rho - rho_curvature) / steps)
 
 
+class PrecondNoise(NamedTuple):
+  """The noise scales of :func:`dp_precond_gd` (floats, or arrays for an array ``rho``)."""
+
+  grad_sensitivity: Any  # f_g L0 / n: L2 sensitivity of the mean gradient.
+  curvature_sensitivity: Any  # f_H L1 / n: Frobenius sensitivity of the curvature matrix.
+  grad_std: Any  # s = gaussian_sigma(f_g L0 / n, rho_g): the gradient noise of one step.
+  curvature_std: Any  # sigma_H = gaussian_sigma(f_H L1 / n, rho_H): one release's noise.
+
+
+def precond_noise(*, n: int, budget: PrecondBudget, grad_norm_bound: float = 1.0,
+                  curvature_norm_bound: float = 0.25,
+                  neighbouring: str = "zero-out") -> PrecondNoise:
+  """The one place where :func:`dp_precond_gd`'s noise scales are derived (module docstring).
+
+  Sensitivities ``f_g L0 / n`` (the mean gradient, L2) and ``f_H L1 / n``
+  (the curvature matrix, Frobenius), with ``f_g = 1, f_H = 1`` under zero-out
+  and ``f_g = 2, f_H = sqrt(2)`` under replace-one; each Gaussian std is
+  ``accounting.gaussian_sigma(sensitivity, rho)`` at the budget of one step or
+  one release (:func:`precond_budget`). Defaults that need the release's
+  noise (the eigenvalue floor of :mod:`dpjax.auto`) ask here.
+
+  Examples:
+    >>> from dpjax.transforms import precond_budget, precond_noise
+    >>> s = precond_noise(n=1000, budget=precond_budget(1.0, steps=10, curvature_frac=0.5))
+    >>> round(float(s.curvature_std), 6), round(float(s.grad_std), 6)
+    (0.00025, 0.003162)
+  """
+  grad_factor = _neighbouring.vector_factor(neighbouring)  # f_g: 1 or 2.
+  curv_factor = _neighbouring.psd_frobenius_factor(neighbouring)  # f_H: 1 or sqrt(2).
+  sens_grad = grad_factor * grad_norm_bound / n
+  sens_curv = curv_factor * curvature_norm_bound / n
+  return PrecondNoise(sens_grad, sens_curv, accounting.gaussian_sigma(sens_grad, budget.rho_step),
+                      accounting.gaussian_sigma(sens_curv, budget.rho_release))
+
+
+def eigenvalue_floor(curvature_std: Any, *, d: int, kappa: float) -> Any:
+  """``kappa sqrt(2 d) sigma_H``: the floor below which a released eigenvalue is mostly noise.
+
+  The released matrix's noise is ``sigma_H`` per diagonal entry and
+  ``sigma_H / sqrt(2)`` off it, whose spectral norm is about ``sqrt(2 d)
+  sigma_H`` (a Wigner matrix); :func:`dp_precond_gd` lifts every eigenvalue
+  to ``kappa`` times that.
+
+  Examples:
+    >>> from dpjax.transforms import eigenvalue_floor
+    >>> eigenvalue_floor(0.5, d=8, kappa=3.0)
+    6.0
+  """
+  return kappa * math.sqrt(2.0 * d) * curvature_std
+
+
 def clipped_inverse(matrix: jax.Array, floor: jax.typing.ArrayLike) -> jax.Array:
   """``U diag(1 / max(lambda_i, floor)) U^T`` for symmetric ``matrix = U diag(lambda) U^T``.
 
@@ -353,18 +404,15 @@ def dp_precond_gd(
   learning_rate = _validate.positive_float(learning_rate, "learning_rate")
   grad_norm_bound = _validate.positive_float(grad_norm_bound, "grad_norm_bound")
   curvature_norm_bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
-  grad_factor = _neighbouring.vector_factor(neighbouring)  # f_g: 1 or 2.
-  curv_factor = _neighbouring.psd_frobenius_factor(neighbouring)  # f_H: 1 or sqrt(2).
+  _neighbouring.vector_factor(neighbouring)  # the relation's check, before any other work
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
   exact = _common.exact_noise(unsafe_float_noise, _NAME)
 
-  # The one place where the PDPGD noise scales are derived (module docstring):
-  # sensitivities f_g L0 / n (gradient, L2) and f_H L1 / n (curvature, Frobenius).
-  sens_grad = grad_factor * grad_norm_bound / n
-  sens_curv = curv_factor * curvature_norm_bound / n
-  sigma_grad = accounting.gaussian_sigma(sens_grad, budget.rho_step)
-  sigma_curv = accounting.gaussian_sigma(sens_curv, budget.rho_release)
+  scales = precond_noise(n=n, budget=budget, grad_norm_bound=grad_norm_bound,
+                         curvature_norm_bound=curvature_norm_bound, neighbouring=neighbouring)
+  sens_grad, sens_curv = scales.grad_sensitivity, scales.curvature_sensitivity
+  sigma_grad, sigma_curv = scales.grad_std, scales.curvature_std
   noise_on = 0.0 if no_noise else 1.0
 
   def check_dim(v: jax.Array, name: str) -> None:
@@ -415,7 +463,7 @@ def dp_precond_gd(
     ok = _common.gate(state.count, steps, _NAME)
     release_now = is_release_step(state.count)
     new_key, k_grad, k_curv = jax.random.split(state.key, 3)
-    floor = kappa * math.sqrt(2.0 * dim) * sigma_curv  # public: n, d, rho_H, kappa, L1.
+    floor = eigenvalue_floor(sigma_curv, d=dim, kappa=kappa)  # public: n, d, rho_H, kappa, L1.
     acc = state.accountant
     released, precond = state.released_curvature.astype(dt), state.preconditioner.astype(dt)
     releases, last_floor = state.releases, state.eigenvalue_floor.astype(dt)

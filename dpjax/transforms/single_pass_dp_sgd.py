@@ -45,6 +45,24 @@ class SinglePassDPSGDState(NamedTuple):
   budget_exhausted: jax.Array  # shape=(), bool: a step past `steps` was refused.
 
 
+def single_pass_noise_scale(*, clip_norm: float, rho: Any, neighbouring: str = "zero-out") -> tuple[float, Any]:
+  """``(sensitivity, s)`` of :func:`single_pass_dp_sgd`'s release of each step's clipped sum.
+
+  The one place its noise scale is derived: the sum of per-example gradients
+  clipped to ``C`` has L2 sensitivity ``C`` under zero-out (``2 C`` under
+  replace-one), and ``s = accounting.gaussian_sigma(sensitivity, rho)``; each
+  example is in one step's batch only, so every step gets the whole ``rho``.
+  ``rho`` may be traced.
+
+  Examples:
+    >>> from dpjax.transforms import single_pass_noise_scale
+    >>> single_pass_noise_scale(clip_norm=1.0, rho=0.5)
+    (1.0, 1.0)
+  """
+  sensitivity = minibatch.sensitivity_factor(neighbouring) * clip_norm
+  return sensitivity, accounting.gaussian_sigma(sensitivity, rho)
+
+
 def single_pass_dp_sgd(
     *,
     learning_rate: float | jax.Array,
@@ -104,9 +122,7 @@ def single_pass_dp_sgd(
   projection = minibatch.check_projection(projection)
   key = _common.canonical_key(key)
   no_noise = _common.check_flag(disable_noise_for_testing, "disable_noise_for_testing")
-  # The one place the noise scale is derived: the sum's sensitivity C (2C for replace-one).
-  sensitivity = minibatch.sensitivity_factor(neighbouring) * clip_norm
-  sigma = accounting.gaussian_sigma(sensitivity, rho)
+  sensitivity, sigma = single_pass_noise_scale(clip_norm=clip_norm, rho=rho, neighbouring=neighbouring)
   used_sigma = 0.0 if no_noise else sigma
   exact = _common.exact_noise(unsafe_float_noise, "single_pass_dp_sgd")
   slack = 1.0 if exact and not no_noise else 0.0
