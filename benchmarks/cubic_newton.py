@@ -53,7 +53,8 @@ from jax import lax
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from dpjax import accounting, data, glm  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax import accounting, data  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.problem import glm  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.transforms import (  # noqa: E402  pylint: disable=g-import-not-at-top
     cubic_newton,
     cubic_solver_calibration,

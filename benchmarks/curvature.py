@@ -7,7 +7,7 @@ Usage::
 For two dataset shapes (covertype-sized n=581,012, d=54 and a1a.t-sized
 n=30,956, d=124; synthetic float32 rows of norm <= 1) it times
 
-* fused:    ``jit(dpjax.glm.logistic_grad_and_curvature)`` (curvature="hessian"),
+* fused:    ``jit(dpjax.problem.glm.logistic_grad_and_curvature)`` (curvature="hessian"),
 * gram:     ``jit(lambda x: x.T @ x)``, the cheapest possible d x d pass over x,
 * textbook: ``jit`` of loss + ``r @ x`` + ``(x * c[:, None]).T @ x``, for reference,
 
@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from dpjax import glm  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.problem import glm  # noqa: E402  pylint: disable=g-import-not-at-top
 
 SIZES = ((581_012, 54, "covertype-sized"), (30_956, 124, "a1a.t-sized"))
 

@@ -22,7 +22,7 @@ pass budget P:
 both from ``w_0 = 0``, each configuration with ``--seeds`` independent runs.
 Every point is a separate private run of its own length, calibrated for that
 length; the reported excess loss ``loss(w_T) - loss*`` (float64 on the host;
-``loss*`` from :func:`dpjax.solve.logistic_optimum`) is that of its final
+``loss*`` from :func:`dpjax.problem.solve.logistic_optimum`) is that of its final
 iterate, averaged over seeds, for the configuration (sample rate and lambda,
 or rate and learning rate) with the smallest mean.
 
@@ -121,11 +121,11 @@ import jax.numpy as jnp  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from dpjax import accounting  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from dpjax import minibatch  # noqa: E402  pylint: disable=g-import-not-at-top
-from dpjax import noise  # noqa: E402  pylint: disable=g-import-not-at-top
-from dpjax import sampling  # noqa: E402  pylint: disable=g-import-not-at-top
-from dpjax import solve  # noqa: E402  pylint: disable=g-import-not-at-top
-from dpjax import spectral  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.problem import minibatch  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.mechanisms import noise  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.mechanisms import sampling  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.problem import solve  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.problem import spectral  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.transforms.dp_newton import direction_sensitivity  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.transforms.dp_newton_minibatch import (  # noqa: E402  pylint: disable=g-import-not-at-top
     minibatch_min_eigenvalue, minibatch_noise_multipliers, sampled_grad_and_curvature)
@@ -188,7 +188,7 @@ def newton_step(w, key, lam, grad_std, dir_sens, dir_mult, x, y, *, sampler,
   ``grad_std = z_g C / B_g``, and the direction's sensitivity per unit
   ``||g~||`` ``dir_sens = s = direction_sensitivity(lam, n=B_H)`` with its
   multiplier ``dir_mult = z_H`` (std ``s z_H``), both released through
-  :func:`dpjax.noise.add_gaussian` as in the transform. Traced scalars let one compiled
+  :func:`dpjax.mechanisms.noise.add_gaussian` as in the transform. Traced scalars let one compiled
   program cover the whole lambda grid and every epsilon. Returns ``(w', key')``.
   """
   b = sampler.expected_size

@@ -13,7 +13,7 @@ compile time excluded. Each variant is timed two ways:
 
 The criterion: conversion / non-private <= 3, in a scan. Rows:
 the fused GLM path in the two tree modes (every node released through
-``dpjax.noise``'s exact sampler), the same with ``unsafe_float_noise=True``
+``dpjax.mechanisms.noise``'s exact sampler), the same with ``unsafe_float_noise=True``
 (float noise, NOT private: what exactness costs, for information, outside the
 criterion) and the generic ``loss_fn`` path (``vmap`` of ``grad``, for
 information).

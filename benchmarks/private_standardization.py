@@ -63,7 +63,8 @@ import jax  # noqa: E402
 
 import dpjax  # noqa: E402
 from dpjax import data as data_lib  # noqa: E402
-from dpjax import standardize, training  # noqa: E402
+from dpjax import training  # noqa: E402
+from dpjax.mechanisms import standardize  # noqa: E402
 
 STEM = "private_standardization"
 DATASETS = ("a1a.t", "a9a")

@@ -13,8 +13,8 @@ min over reps that run round-robin with the baselines they are compared to
 1. **Per-iteration time** of every algorithm of :data:`_harness.ALGORITHMS` at
    the shapes of ``a1a.t``, ``w8a`` and ``covertype-synthetic`` (n=581,012,
    d=54). One iteration is the jitted step of a :func:`dpjax.fit` run: the
-   fused data pass (:func:`dpjax.glm.logistic_loss_and_grad` for the
-   first-order family, :func:`dpjax.glm.logistic_grad_and_curvature` for the
+   fused data pass (:func:`dpjax.problem.glm.logistic_loss_and_grad` for the
+   first-order family, :func:`dpjax.problem.glm.logistic_grad_and_curvature` for the
    second-order one), the transform's update, ``optax.apply_updates`` and the
    divergence guard. Baselines: first-order against **two matvecs**
    ``x @ w`` and ``c @ x`` (what a gradient must read), second-order against
@@ -112,9 +112,9 @@ sys.path.insert(0, str(_BENCH_DIR))
 import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from dpjax import glm  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.problem import glm  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import leaks  # noqa: E402  pylint: disable=g-import-not-at-top
-from dpjax import noise  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.mechanisms import noise  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import training  # noqa: E402  pylint: disable=g-import-not-at-top
 
 SHAPES = ("a1a.t", "w8a", "covertype-synthetic")
@@ -207,7 +207,7 @@ def _transform(algorithm: str, n: int, steps: int, key: int | jax.Array,
 
   ``float_noise=True`` builds the NOT private twin that draws ``jax.random.normal``
   noise (``unsafe_float_noise=True``): the baseline that measures what the exact
-  sampler of :mod:`dpjax.noise` costs.
+  sampler of :mod:`dpjax.mechanisms.noise` costs.
   """
   if not float_noise:
     return training.make_transform(algorithm, n=n, rho=_RHO, steps=steps, key=key)

@@ -1,36 +1,50 @@
 """dpjax: JAX-accelerated differentially private convex optimizers.
 
-Modules (imports only point down):
+Modules, by layer (imports only point down):
+
+* :mod:`dpjax.data`: datasets and the privacy contract (per-row
+  preprocessing by default);
+* :mod:`dpjax.problem`, the data-independent problem:
+
+  * :mod:`dpjax.problem.glm`, :mod:`dpjax.problem.per_example`: fused GLM
+    curvature; generic per-example gradients and Hessians with clipping;
+  * :mod:`dpjax.problem.losses`: per-example convex losses with their public
+    constants (L2-regularised logistic, pseudo-Huber, Poisson regression)
+    for the general-loss DP-GD and Newton;
+  * :mod:`dpjax.problem.minibatch`: per-example clipped sums (and gradient
+    differences) over a minibatch, fused for GLMs;
+  * :mod:`dpjax.problem.spectral`: the eigenvalue modification Psi_lambda
+    (clip / add);
+  * :mod:`dpjax.problem.solve`: the exact non-private optimum and excess
+    loss;
 
 * :mod:`dpjax.accounting`: the accountant pytree (zCDP total, RDP curve of the
   Poisson-subsampled Gaussian, truncation slack) and (eps, delta) conversions;
-* :mod:`dpjax.sampling`: fixed-shape Poisson minibatch sampling;
-* :mod:`dpjax.spectral`: the eigenvalue modification Psi_lambda (clip / add);
-* :mod:`dpjax.glm`, :mod:`dpjax.per_example`: fused GLM curvature; generic
-  per-example gradients and Hessians with clipping;
-* :mod:`dpjax.data`, :mod:`dpjax.solve`: datasets and the privacy contract
-  (per-row preprocessing by default); the exact non-private optimum and
-  excess loss;
-* :mod:`dpjax.standardize`: private standardization (DP column means and
-  standard deviations with public bounds), charged in ``fit``'s total;
-* :mod:`dpjax.losses`: per-example convex losses with their public constants
-  (L2-regularised logistic, pseudo-Huber, Poisson regression) for the
-  general-loss DP-GD and Newton;
+* :mod:`dpjax.mechanisms`, the privacy mechanisms:
+
+  * :mod:`dpjax.mechanisms.noise`: the floating-point-safe Gaussian
+    mechanism every draw goes through;
+  * :mod:`dpjax.mechanisms.sampling`: fixed-shape Poisson minibatch sampling;
+  * :mod:`dpjax.mechanisms.tree_aggregation`: the binary mechanism for
+    private prefix sums, each tree node released through
+    :mod:`dpjax.mechanisms.noise` (buffered and Honaker modes), and the
+    :func:`tree_prefix_sum` transform;
+  * :mod:`dpjax.mechanisms.budget`: budget enforcement for whole runs (plans
+    over a cap, in-graph refusals and overspending become errors);
+  * :mod:`dpjax.mechanisms.standardize`: private standardization (DP column
+    means and standard deviations with public bounds), charged in ``fit``'s
+    total;
+
 * :mod:`dpjax.transforms`: the private optimizers as optax transforms
   (:func:`dp_gd`, :func:`dp_sgd`, :func:`dp_precond_gd`, :func:`dp_newton`,
   its minibatch variant, :func:`cubic_newton`, and :func:`tail_average` for
   any of them);
+* :mod:`dpjax.online`: online learners on a ball (OGD, optimistic OGD, the
+  strongly convex learner, KT coin betting) as optax transforms;
 * :mod:`dpjax.baselines`: the paper's baselines (AOP, damped Newton,
   DP-GD-Oracle), each stating whether it is private;
 * :mod:`dpjax.training`: :func:`fit`, a whole private run compiled into one
   ``lax.scan``, vmapped over repeats;
-* :mod:`dpjax.minibatch`: per-example clipped sums (and gradient differences)
-  over a minibatch, fused for GLMs;
-* :mod:`dpjax.online`: online learners on a ball (OGD, optimistic OGD, the
-  strongly convex learner, KT coin betting) as optax transforms;
-* :mod:`dpjax.tree_aggregation`: the binary mechanism for private prefix
-  sums, each tree node released through :mod:`dpjax.noise` (buffered and
-  Honaker modes), and the :func:`tree_prefix_sum` transform;
 * :mod:`dpjax.streaming`: single-pass streaming fits (DP online-to-batch and
   its baselines) behind :func:`fit`;
 * :mod:`dpjax.drivers`: the compiled runs behind :func:`fit` for the
@@ -38,38 +52,40 @@ Modules (imports only point down):
   baselines;
 * :mod:`dpjax.checkpoint`: any optimizer state or params pytree saved to one
   ``.npz`` and restored bitwise (keys and accountant included), for resuming;
-* :mod:`dpjax.budget`: budget enforcement for whole runs (plans over a cap,
-  in-graph refusals and overspending become errors);
 * :mod:`dpjax.audit`: empirical privacy audits of the mechanisms, with
   broken negative controls (needs the ``audit`` extra, scipy).
+
+Deprecated module paths: the old flat paths ``dpjax.glm``, ``dpjax.losses``,
+``dpjax.per_example``, ``dpjax.spectral``, ``dpjax.solve``,
+``dpjax.minibatch`` (now under :mod:`dpjax.problem`) and ``dpjax.noise``,
+``dpjax.sampling``, ``dpjax.tree_aggregation``, ``dpjax.budget``,
+``dpjax.standardize`` (now under :mod:`dpjax.mechanisms`) still import, as the
+same module objects, with a :class:`DeprecationWarning`
+(:mod:`dpjax._deprecations`).
 """
 
-from dpjax import accounting
-from dpjax import baselines
-from dpjax import budget
-from dpjax import checkpoint
-from dpjax import data
-from dpjax import drivers
-from dpjax import glm
-from dpjax import leaks
-from dpjax import losses
-from dpjax import minibatch
-from dpjax import online
-from dpjax import per_example
-from dpjax import sampling
-from dpjax import solve
-from dpjax import spectral
-from dpjax import standardize
-from dpjax import streaming
-from dpjax import training
-from dpjax import transforms
-from dpjax import tree_aggregation
+from dpjax import _deprecations
+
+_deprecations.install()  # before anything can ask for an old path
+
+from dpjax import accounting  # noqa: E402
+from dpjax import baselines  # noqa: E402
+from dpjax import checkpoint  # noqa: E402
+from dpjax import data  # noqa: E402
+from dpjax import drivers  # noqa: E402
+from dpjax import leaks  # noqa: E402
+from dpjax import mechanisms  # noqa: E402
+from dpjax import online  # noqa: E402
+from dpjax import problem  # noqa: E402
+from dpjax import streaming  # noqa: E402
+from dpjax import training  # noqa: E402
+from dpjax import transforms  # noqa: E402
 from dpjax import audit  # noqa: E402  (last: its mechanisms use the modules above)
 from dpjax.accounting import AccountantState, epsilon_to_zcdp, zcdp_to_epsilon
 from dpjax.data import Dataset, load_libsvm, synthetic
 from dpjax.leaks import PrivacyLeakWarning
 from dpjax.training import FitResult, fit
-from dpjax.tree_aggregation import TreeAggregationState, tree_prefix_sum
+from dpjax.mechanisms.tree_aggregation import TreeAggregationState, tree_prefix_sum
 from dpjax.transforms import (
     DPGDState,
     DPNewtonState,
@@ -104,7 +120,6 @@ __all__ = [
     "audit",
     "averaged_params",
     "baselines",
-    "budget",
     "checkpoint",
     "cubic_newton",
     "data",
@@ -116,24 +131,21 @@ __all__ = [
     "dp_sgd",
     "epsilon_to_zcdp",
     "fit",
-    "glm",
     "leaks",
     "load_libsvm",
-    "losses",
-    "minibatch",
+    "mechanisms",
     "online",
     "online_to_batch",
-    "per_example",
-    "sampling",
-    "solve",
-    "spectral",
-    "standardize",
+    "problem",
     "streaming",
     "synthetic",
     "tail_average",
     "training",
     "transforms",
-    "tree_aggregation",
     "tree_prefix_sum",
     "zcdp_to_epsilon",
 ]
+
+# The old flat module paths (dpjax.noise, ...): the same module objects as the
+# new ones, with a DeprecationWarning (dpjax._deprecations).
+__getattr__ = _deprecations.package_getattr

@@ -194,7 +194,7 @@ def exact_noise(unsafe_float_noise: Any, name: str) -> bool:
   """Validates a transform's ``unsafe_float_noise`` flag; True means the exact sampler.
 
   The opt-out (``unsafe_float_noise=True``) draws ``jax.random.normal`` noise in
-  floating point, which is not private (:mod:`dpjax.noise`), so it issues
+  floating point, which is not private (:mod:`dpjax.mechanisms.noise`), so it issues
   :class:`dpjax.PrivacyLeakWarning` when the transform is built.
   """
   unsafe = check_flag(unsafe_float_noise, "unsafe_float_noise")

@@ -31,7 +31,8 @@ checkpoint or the complete new one, never a partial file.
 Examples:
   >>> import os, tempfile
   >>> import jax, optax
-  >>> from dpjax import checkpoint, data, glm
+  >>> from dpjax import checkpoint, data
+  >>> from dpjax.problem import glm
   >>> from dpjax.transforms import dp_gd
   >>> x, y = data.synthetic(0, n=200, d=5)
   >>> tx = dp_gd(n=200, rho=0.5, steps=10, key=0)

@@ -5,7 +5,7 @@ Subcommands:
 * ``fit``: one private training run (:func:`dpjax.fit`) on a LIBSVM file
   (``dpjax.data.load_libsvm``: each row scaled on its own by default;
   ``--preprocess paper`` is the paper's non-private standardization;
-  ``--standardize LOWER,UPPER`` a private one, :mod:`dpjax.standardize`,
+  ``--standardize LOWER,UPPER`` a private one, :mod:`dpjax.mechanisms.standardize`,
   charged to the run's budget) or on the built-in ``synthetic`` data; prints
   a one-line summary, and can write a JSON record (``--json FILE``) and the
   excess loss against the step as an image (``--plot FILE``, needs
@@ -122,12 +122,12 @@ def _load(args: argparse.Namespace):
 
 
 def _standardizer(args: argparse.Namespace):
-  """``--standardize LOWER,UPPER`` -> a ``dpjax.standardize.PrivateStandardizer`` (or None)."""
+  """``--standardize LOWER,UPPER`` -> a ``dpjax.mechanisms.standardize.PrivateStandardizer`` (or None)."""
   if args.standardize is None:
     if args.standardize_share is not None:
       raise _UsageError("--standardize-share applies with --standardize LOWER,UPPER only")
     return None
-  from dpjax import standardize
+  from dpjax.mechanisms import standardize
 
   try:
     lower, upper = (float(v) for v in args.standardize.split(","))
@@ -388,8 +388,8 @@ def _build_parser() -> argparse.ArgumentParser:
   from dpjax.training import (ALGORITHMS, AUTO, AVERAGES, DRIVER_ALGORITHMS, INITS,
                               STREAMING_ALGORITHMS)
   from dpjax.streaming import LOSSES
-  from dpjax.losses import LOSSES as GENERAL_LOSSES
-  from dpjax.minibatch import NEIGHBOURING
+  from dpjax.problem.losses import LOSSES as GENERAL_LOSSES
+  from dpjax.problem.minibatch import NEIGHBOURING
 
   parser = _ArgumentParser(
       prog="dpjax", description="Differentially private convex optimisation in JAX."
@@ -409,7 +409,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         "(the paper's column standardization: NOT PRIVATE, for reproducing the "
                         "paper) or none")
   fit.add_argument("--standardize", metavar="LOWER,UPPER", default=None,
-                   help="private standardization (dpjax.standardize) of the raw features, with "
+                   help="private standardization (dpjax.mechanisms.standardize) of the raw features, with "
                         "these public bounds for every feature (values are clipped to them); "
                         "charged to the run's budget (a negative LOWER needs the = form: "
                         "--standardize=-1,1)")
@@ -468,10 +468,10 @@ def _build_parser() -> argparse.ArgumentParser:
                    default="logistic",
                    help="logistic (default); least_squares (streaming algorithms); "
                         "l2_logistic, pseudo_huber, poisson (dp-gd, hess-add, qu-add; "
-                        "dpjax.losses)")
+                        "dpjax.problem.losses)")
   fit.add_argument("--loss-option", action="append", default=None, dest="loss_option",
                    metavar="KEY=VALUE",
-                   help="a public parameter of a dpjax.losses loss, e.g. regularization=1e-3, "
+                   help="a public parameter of a dpjax.problem.losses loss, e.g. regularization=1e-3, "
                         "delta=1.0, radius=1, label_bound=5 (repeatable)")
   fit.add_argument("--min-eigenvalue", type=float, default=None, dest="min_eigenvalue",
                    help="Newton: a fixed minimum eigenvalue lambda (required by "

@@ -111,7 +111,7 @@ def add_trace_setting(name: str, read: Callable[[], Hashable]) -> None:
   """Makes ``read()`` part of every key: a library setting read at trace time.
 
   For a module-level switch that changes what a trace produces (the audit's
-  noise-scale injection, :func:`dpjax.noise.broken_noise_for_audit`): a
+  noise-scale injection, :func:`dpjax.mechanisms.noise.broken_noise_for_audit`): a
   program traced under one value is never served under another.
   """
   _TRACE_SETTINGS[name] = read

@@ -10,7 +10,7 @@ data that meets it and checks it:
   adding or removing a row changes no other row; the paper's column
   standardization (that of the paper's reference code) stays available as
   ``preprocess="paper"``, which is not private (it warns), and
-  :mod:`dpjax.standardize` is its private replacement;
+  :mod:`dpjax.mechanisms.standardize` is its private replacement;
 * :func:`scale_rows` is that per-row map: clip each row to a public norm bound,
   prepend a constant intercept, and scale into ``||x_i|| <= 1``;
 * :func:`synthetic` is the paper's generator (section 5.1, Jul-2023 code);
@@ -61,7 +61,7 @@ PAPER_LEAK = (
     "preprocess='paper' standardizes every column with the mean and standard deviation of the "
     "private data itself, so each loaded row depends on every other row and no privacy guarantee "
     "covers a fit on it (adding one row moves all the others). Use the default "
-    "preprocess='per-row', or dpjax.standardize.PrivateStandardizer for a private "
+    "preprocess='per-row', or dpjax.mechanisms.standardize.PrivateStandardizer for a private "
     "standardization charged to the budget."
 )
 
@@ -453,7 +453,7 @@ def load_libsvm(
     only: adding a line to the file changes no other loaded row, so a DP fit
     on the result is DP for the file's rows. For a standardization with a
     privacy guarantee load with ``"none"`` and use
-    :class:`dpjax.standardize.PrivateStandardizer` (e.g. through
+    :class:`dpjax.mechanisms.standardize.PrivateStandardizer` (e.g. through
     ``dpjax.fit(..., standardize=...)``).
   * ``"paper"`` (**not private**; issues :class:`dpjax.PrivacyLeakWarning`):
     the pipeline of the paper's reference code, computed

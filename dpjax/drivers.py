@@ -24,9 +24,9 @@ of a ``jax.vmap`` over repeats of a ``lax.scan`` over the steps:
   ``"damped-newton"`` (NOT private), ``"damped-newton-private"`` and
   ``"dp-gd-oracle"`` (NOT private). The result's ``private`` field says which.
 * :data:`GENERAL_LOSS_ALGORITHMS` with a ``loss`` other than ``"logistic"``
-  (:mod:`dpjax.losses`): DP-GD and the double-noise Newton method with
+  (:mod:`dpjax.problem.losses`): DP-GD and the double-noise Newton method with
   ``add`` on any registered loss, through the clipped per-example path
-  (:func:`dpjax.losses.newton_step_inputs`).
+  (:func:`dpjax.problem.losses.newton_step_inputs`).
 
 Reporting is not private, and stays out of the timed run: the compiled run
 returns the iterates ``w_0 .. w_T``; their objective values (``losses``) are
@@ -59,11 +59,11 @@ from dpjax import _common
 from dpjax import _validate
 from dpjax import compiled
 from dpjax import accounting as accounting_lib
-from dpjax import noise
+from dpjax.mechanisms import noise
 from dpjax import baselines
 from dpjax import data as data_lib
-from dpjax import glm
-from dpjax import losses as losses_lib
+from dpjax.problem import glm
+from dpjax.problem import losses as losses_lib
 from dpjax import streaming
 from dpjax import transforms
 from dpjax.transforms import averaging
@@ -237,7 +237,7 @@ def ball_optimum(x: Any, y: Any, *, mu: float, radius: float) -> tuple[np.ndarra
   the ball, else (KKT) the minimiser of ``F + (nu/2)||w||^2`` with the
   multiplier ``nu > 0`` at which its norm equals ``radius`` (the norm
   decreases in ``nu``; found by bisection in log space), all in float64
-  (:func:`dpjax.losses.optimum`).
+  (:func:`dpjax.problem.losses.optimum`).
 
   Examples:
     >>> import numpy as np
@@ -424,7 +424,7 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
   clash = sorted(set(options) & (set(fixed) - {"learning_rate"}))
   if clash:
     raise TypeError(f"option(s) {clash} are fixed by the {loss!r} loss's public constants "
-                    "(dpjax.losses); remove them.")
+                    "(dpjax.problem.losses); remove them.")
   kwargs = dict(fixed, n=n, rho=rho, steps=steps)
   kwargs.update(options)
   if newton and spec.curvature_structure == "general" and not isinstance(

@@ -32,7 +32,7 @@ clip ``C_0 = k G + (k + 1) D H`` (derived in :func:`dpjax.transforms.
 online_to_batch.difference_clip_bound`), which leaves data meeting the
 contract unclipped; for the baselines the gradient clip ``C = G``. The
 neighbouring relation is one example (zero-out by default; ``neighbouring=
-"replace-one"`` doubles the noise, ``dpjax.minibatch.NEIGHBOURING``); the
+"replace-one"`` doubles the noise, ``dpjax.problem.minibatch.NEIGHBOURING``); the
 random order is public randomness, independent of the data. The budget is
 ``rho`` for the whole pass, charged to the accountant in the transform's
 state. The choices below (radius, label bound, step sizes, ``k``) are public
@@ -71,10 +71,10 @@ from dpjax import _validate
 from dpjax import accounting as accounting_lib
 from dpjax import compiled
 from dpjax import data as data_lib
-from dpjax import minibatch
+from dpjax.problem import minibatch
 from dpjax import online
-from dpjax import solve
-from dpjax import tree_aggregation as ta
+from dpjax.problem import solve
+from dpjax.mechanisms import tree_aggregation as ta
 from dpjax import transforms
 from dpjax.transforms import averaging
 from dpjax.transforms.online_to_batch import difference_clip_bound
@@ -318,7 +318,7 @@ def scan_fit(tx: optax.GradientTransformation, w0: jax.Array, steps: int,
 def optimum_loss(x: np.ndarray, y: np.ndarray, loss: str) -> tuple[float, float]:
   """``(loss_star, ridge)``: the unconstrained empirical optimum, float64.
 
-  Logistic: :func:`dpjax.solve.optimum_loss` (Newton; ridge ``1e-9`` on
+  Logistic: :func:`dpjax.problem.solve.optimum_loss` (Newton; ridge ``1e-9`` on
   separable data). Least squares: ``min_w ||X w - y||^2 / (2n)`` by
   ``numpy.linalg.lstsq`` (minimum-norm solution; 0 when ``d >= n`` and the
   rows are independent).

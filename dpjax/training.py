@@ -7,13 +7,13 @@ Sec. 5.2),
 or ``"auto"`` (:mod:`dpjax.auto`: the method and its settings chosen from
 public quantities only) on a logistic-regression dataset, ``repeats`` times with independent noise,
 and reports the excess loss against the exact non-private optimum
-(:func:`dpjax.solve.logistic_optimum`, section 5.4).
+(:func:`dpjax.problem.solve.logistic_optimum`, section 5.4).
 
 The run is one ``jax.jit`` of a ``jax.vmap`` over repeats of a ``lax.scan``
 over the steps: no Python loop per step, one compilation per call. Each step
 makes one fused pass over the data at ``w_t``
-(:func:`dpjax.glm.logistic_grad_and_curvature` for Newton,
-:func:`dpjax.glm.logistic_loss_and_grad` for DP-GD), whose loss gives the
+(:func:`dpjax.problem.glm.logistic_grad_and_curvature` for Newton,
+:func:`dpjax.problem.glm.logistic_loss_and_grad` for DP-GD), whose loss gives the
 (non-private, reporting-only) trajectory for free, then the transform's
 update, ``optax.apply_updates`` and the public divergence guard.
 """
@@ -31,20 +31,20 @@ import numpy as np
 import optax
 
 from dpjax import _common
-from dpjax import _neighbouring
+from dpjax.problem import _neighbouring
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
 from dpjax import auto as auto_lib
-from dpjax import budget as budget_lib
+from dpjax.mechanisms import budget as budget_lib
 from dpjax import compiled
 from dpjax import data as data_lib
 from dpjax import drivers
-from dpjax import glm
+from dpjax.problem import glm
 from dpjax import leaks
-from dpjax import noise
-from dpjax import solve
-from dpjax.solve import SEPARABLE_RIDGE, optimum_loss
-from dpjax import standardize as standardize_lib
+from dpjax.mechanisms import noise
+from dpjax.problem import solve
+from dpjax.problem.solve import SEPARABLE_RIDGE, optimum_loss
+from dpjax.mechanisms import standardize as standardize_lib
 from dpjax import streaming
 from dpjax import transforms
 from dpjax.transforms import averaging
@@ -156,7 +156,7 @@ class FitResult(NamedTuple):
       expected Poisson batch size of ``"dp-sgd"`` / ``"newton-minibatch"``
       (their gradient sample); 0 for the full-batch algorithms.
     loss: ``"logistic"``; ``"least_squares"`` for a streaming algorithm; a
-      :data:`dpjax.losses.LOSSES` name for a general-loss fit;
+      :data:`dpjax.problem.losses.LOSSES` name for a general-loss fit;
       ``"l2_logistic"`` for ``"cubic-newton"``.
     private: False for the non-private baselines ``"damped-newton"`` and
       ``"dp-gd-oracle"`` (:mod:`dpjax.baselines`), whose step sizes read the
@@ -177,7 +177,7 @@ class FitResult(NamedTuple):
       adds nothing to any sampled sum) but not replace-one; AOP is calibrated
       for replace-one, which covers both.
     standardization: with ``fit(..., standardize=...)``, the released
-      :class:`dpjax.standardize.Standardization` (its ``rho`` is included in
+      :class:`dpjax.mechanisms.standardize.Standardization` (its ``rho`` is included in
       ``rho``, ``epsilon`` and ``rho_spent``; apply it to test rows with its
       ``transform``); else ``None``.
 
@@ -315,7 +315,7 @@ def fit(
   loss on a ball; ``"aop"``, ``"damped-newton"`` (not private),
   ``"damped-newton-private"`` and ``"dp-gd-oracle"`` (not private) are the
   paper's baselines (:mod:`dpjax.baselines`). ``"dp-gd"``, ``"hess-add"`` and
-  ``"qu-add"`` also fit any loss of :data:`dpjax.losses.LOSSES`
+  ``"qu-add"`` also fit any loss of :data:`dpjax.problem.losses.LOSSES`
   (``loss="pseudo_huber"``, ``loss_options={"delta": 1.0}``, ...) through
   per-example clipping.
 
@@ -347,14 +347,14 @@ def fit(
   neighbours differ in one row: ``neighbouring="zero-out"`` (the default)
   replaces it by the null row (``x = 0``: zero gradient, zero curvature),
   ``"replace-one"`` by any other row. Each transform calibrates its noise to
-  the relation (:mod:`dpjax._neighbouring`; e.g. the gradient noise doubles,
+  the relation (:mod:`dpjax.problem._neighbouring`; e.g. the gradient noise doubles,
   the curvature matrix's grows by ``sqrt(2)``, the trace's does not change);
   the result's ``neighbouring`` records it. The streaming methods take both;
   the Poisson methods only zero-out (see :class:`FitResult`).
 
-  **Budget enforcement** (:mod:`dpjax.budget`). A plan whose epsilon at
+  **Budget enforcement** (:mod:`dpjax.mechanisms.budget`). A plan whose epsilon at
   ``delta`` (``epsilon``, or ``rho`` converted) exceeds ``epsilon_budget``
-  raises :class:`dpjax.budget.BudgetExceededError` (a ``ValueError``) before
+  raises :class:`dpjax.mechanisms.budget.BudgetExceededError` (a ``ValueError``) before
   anything compiles. After the run, a step that a transform refused inside
   the compiled program (its ``budget_exhausted`` or tree ``overflow`` flag)
   raises it too, and so does any repeat whose accountant reports more than
@@ -375,7 +375,7 @@ def fit(
   seeds below ``2**32`` the key equals ``jax.random.key(seed)``, so results
   made with such seeds before reproduce.
 
-  **Private standardization** (:mod:`dpjax.standardize`). With
+  **Private standardization** (:mod:`dpjax.mechanisms.standardize`). With
   ``standardize=PrivateStandardizer(bounds=..., budget_share=s)`` the data is
   raw features (e.g. ``load_libsvm(path, preprocess="none")``; the row-norm
   contract is then checked after the standardization). The total budget
@@ -463,16 +463,16 @@ def fit(
     batch_size: streaming algorithms only (then required): ``b``, examples
       per step; ``steps`` defaults to ``n // b`` and ``steps * b <= n``.
     loss: ``"logistic"``; streaming algorithms also ``"least_squares"``;
-      ``"dp-gd"``, ``"hess-add"``, ``"qu-add"`` any of ``dpjax.losses.LOSSES``.
+      ``"dp-gd"``, ``"hess-add"``, ``"qu-add"`` any of ``dpjax.problem.losses.LOSSES``.
     curvature_batch_size: ``"newton-minibatch"`` only: the expected size of
       its curvature sample (default ``batch_size``).
     loss_options: the public parameters of a non-logistic ``loss``
-      (:func:`dpjax.losses.get_loss`, e.g. ``{"regularization": 1e-3}``).
+      (:func:`dpjax.problem.losses.get_loss`, e.g. ``{"regularization": 1e-3}``).
     epsilon_budget: an optional cap (> 0) on the run's epsilon at ``delta``;
       see **Budget enforcement**.
     neighbouring: ``"zero-out"`` (default) or ``"replace-one"``; see
       **Neighbouring relation**.
-    standardize: a :class:`dpjax.standardize.PrivateStandardizer`, or None;
+    standardize: a :class:`dpjax.mechanisms.standardize.PrivateStandardizer`, or None;
       see **Private standardization**.
     **algorithm_options: forwarded to the transform factory.
 
@@ -483,7 +483,7 @@ def fit(
     ValueError, TypeError: eagerly, before any compilation, for any bad
       argument (data contract, budget, unknown names, transform options such
       as a clip ``min_eigenvalue <= 1/(4n)``).
-    dpjax.budget.BudgetExceededError: the plan exceeds ``epsilon_budget``
+    dpjax.mechanisms.budget.BudgetExceededError: the plan exceeds ``epsilon_budget``
       (before compiling), or the run refused a step or overspent (after it).
 
   Examples:
@@ -564,7 +564,7 @@ def _least_slack(steps: int, d: int, options: dict | None = None) -> float:
   """The floating-point noise slack of at least ``steps`` releases of ``d`` coordinates.
 
   Every iterative method releases at least ``d`` noise coordinates per step
-  (:mod:`dpjax.noise`): the least slack a run pays, reserved out of delta when
+  (:mod:`dpjax.mechanisms.noise`): the least slack a run pays, reserved out of delta when
   the budget is resolved (a no-op at any ordinary epsilon) and used to refuse
   an epsilon no finite sampler can certify before any work. None for a run
   that draws no exact noise (the non-private test and benchmark switches).
@@ -586,7 +586,7 @@ def _check_plan_budget(data, *, epsilon, rho, delta, method, epsilon_budget) -> 
 
 
 def _checked(result: FitResult, epsilon_budget: float | None) -> FitResult:
-  """``fit``'s run check: no refused step, no repeat over its budget (:mod:`dpjax.budget`)."""
+  """``fit``'s run check: no refused step, no repeat over its budget (:mod:`dpjax.mechanisms.budget`)."""
   budget_lib.check_spent(result.opt_state, epsilon=result.epsilon, delta=result.delta,
                          method=result.accounting, epsilon_budget=epsilon_budget,
                          what=f"fit({result.algorithm!r})")
@@ -621,7 +621,7 @@ def _fit(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounti
   if loss != "logistic":
     raise ValueError(f"loss={loss!r}: the full-batch algorithm {algorithm!r} fits logistic "
                      f"regression; least squares runs with {STREAMING_ALGORITHMS}, and "
-                     f"{drivers.GENERAL_LOSS_ALGORITHMS} take a loss of dpjax.losses.LOSSES "
+                     f"{drivers.GENERAL_LOSS_ALGORITHMS} take a loss of dpjax.problem.losses.LOSSES "
                      f"{drivers.losses_lib.LOSSES}.")
   if algorithm == AUTO:
     n, d = _auto_shape(data, steps, average, algorithm_options)
@@ -917,8 +917,8 @@ def fit_step(tx: Any, curvature: str | None, w0: jax.Array,
              matrix: jax.Array | None = None) -> Callable:
   """One iteration of a :func:`fit` run: ``step(w, state, x, y)``.
 
-  The fused data pass at ``w`` (:func:`dpjax.glm.logistic_loss_and_grad`, or
-  :func:`dpjax.glm.logistic_grad_and_curvature` with ``curvature``), the
+  The fused data pass at ``w`` (:func:`dpjax.problem.glm.logistic_loss_and_grad`, or
+  :func:`dpjax.problem.glm.logistic_grad_and_curvature` with ``curvature``), the
   transform's update, ``optax.apply_updates`` and the public divergence
   guard (reset to ``w0`` when ``||w|| > guard_radius`` or not finite).
   ``matrix``: the curvature at ``w``, computed by the caller (e.g. once for

@@ -14,8 +14,9 @@ from typing import Any, Callable, NamedTuple
 import jax.numpy as jnp
 
 from conftest import unit_ball_batch
-from dpjax import accounting, baselines, glm, online
-from dpjax import tree_aggregation as ta
+from dpjax import accounting, baselines, online
+from dpjax.problem import glm
+from dpjax.mechanisms import tree_aggregation as ta
 from dpjax.transforms import (
     cubic_newton,
     dp_ftrl,

@@ -11,7 +11,8 @@ import optax
 import pytest
 
 from conftest import maybe_jit
-from dpjax import accounting, data, glm
+from dpjax import accounting, data
+from dpjax.problem import glm
 from dpjax.transforms import dp_gd, dp_newton
 from dpjax.transforms.averaging import (
     AVERAGES,

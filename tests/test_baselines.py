@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import Z_MAX, maybe_jit, scale_z
-from dpjax import accounting, baselines, data, glm, noise, solve
+from dpjax import accounting, baselines, data
+from dpjax.mechanisms import noise
+from dpjax.problem import glm, solve
 
 
 @pytest.fixture(scope="module")

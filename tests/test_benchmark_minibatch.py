@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import load_benchmark
-from dpjax import data, sampling
+from dpjax import data
+from dpjax.mechanisms import sampling
 from dpjax.transforms.dp_newton import direction_sensitivity
 from dpjax.transforms.dp_newton_minibatch import dp_newton_minibatch, minibatch_min_eigenvalue
 from dpjax.transforms.dp_sgd import dp_sgd

@@ -1,4 +1,4 @@
-"""Budget enforcement (dpjax.budget and fit's epsilon_budget): plans, in-graph refusals, overspending.
+"""Budget enforcement (dpjax.mechanisms.budget and fit's epsilon_budget): plans, in-graph refusals, overspending.
 
 The transforms' own refusal past ``steps`` (eager ``ValueError``; zeros, no
 charge and ``budget_exhausted`` under jit/scan) is tested for every transform
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import dpjax
-from dpjax import accounting, budget, data, drivers, training
+from dpjax import accounting, data, drivers, training
+from dpjax.mechanisms import budget
 from dpjax.transforms import dp_gd
 
 DS = data.synthetic(0, n=200, d=3)

@@ -18,7 +18,8 @@ import pytest
 
 import dpjax
 from conftest import maybe_jit
-from dpjax import checkpoint, data, glm, online
+from dpjax import checkpoint, data, online
+from dpjax.problem import glm
 from dpjax import transforms as T
 
 N, DIM = 200, 5

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import dpjax
-from dpjax import compiled, noise
+from dpjax import compiled
+from dpjax.mechanisms import noise
 
 
 @pytest.fixture(scope="module")

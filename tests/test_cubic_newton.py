@@ -12,7 +12,9 @@ import optax
 import pytest
 
 from conftest import maybe_jit
-from dpjax import accounting, data, glm, noise
+from dpjax import accounting, data
+from dpjax.mechanisms import noise
+from dpjax.problem import glm
 from dpjax.transforms import (
     DPCubicNewtonState,
     cubic_newton,

@@ -11,7 +11,8 @@ import optax
 import pytest
 
 from conftest import Z_MAX, maybe_jit, scale_z
-from dpjax import accounting, data, glm, solve
+from dpjax import accounting, data
+from dpjax.problem import glm, solve
 from dpjax.transforms import DPGDState, dp_gd
 
 _OK = dict(n=1000, rho=1.0, steps=5, key=0)

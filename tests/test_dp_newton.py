@@ -12,7 +12,8 @@ import optax
 import pytest
 
 from conftest import Z_MAX, maybe_jit, scale_z
-from dpjax import accounting, data, glm, solve
+from dpjax import accounting, data
+from dpjax.problem import glm, solve
 from dpjax.transforms import (
     DPNewtonState,
     adaptive_min_eigenvalue,

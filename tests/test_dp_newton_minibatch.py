@@ -17,7 +17,9 @@ import pytest
 
 from conftest import Z_MAX, known_optima, scale_z, shared_data_file
 import dpjax
-from dpjax import accounting, data, glm, sampling, solve, spectral, training
+from dpjax import accounting, data, training
+from dpjax.mechanisms import sampling
+from dpjax.problem import glm, solve, spectral
 from dpjax.transforms import (
     DPNewtonMinibatchState,
     direction_sensitivity,

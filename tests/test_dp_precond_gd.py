@@ -11,7 +11,9 @@ import optax
 import pytest
 
 from conftest import Z_MAX, maybe_jit, scale_z
-from dpjax import accounting, data, glm, noise, solve
+from dpjax import accounting, data
+from dpjax.mechanisms import noise
+from dpjax.problem import glm, solve
 from dpjax.transforms.dp_precond_gd import (
     DPPrecondGDState,
     clipped_inverse,
@@ -266,7 +268,7 @@ def test_preconditioner_depends_only_on_released_values(x64, jit, monkeypatch):
   must then be identical.
   """
   n, d, rho = 200, 4, 1.0
-  from dpjax import noise
+  from dpjax.mechanisms import noise
   fixed = jnp.asarray(_spd([0.2, 0.05, 0.01, -0.003], seed=9))
   seen = []
 

@@ -21,7 +21,9 @@ from dp_accounting import rdp as dp_rdp
 from scipy import stats
 
 from conftest import Z_MAX, maybe_jit, scale_z, unit_ball_batch
-from dpjax import accounting, data, glm, minibatch, sampling
+from dpjax import accounting, data
+from dpjax.mechanisms import sampling
+from dpjax.problem import glm, minibatch
 from dpjax.transforms import DPSGDState, dp_sgd
 
 

@@ -34,7 +34,8 @@ import pytest
 
 import dpjax
 from conftest import load_benchmark, run_cli
-from dpjax import accounting, cli, data, sampling, training, transforms
+from dpjax import accounting, cli, data, training, transforms
+from dpjax.mechanisms import sampling
 
 ERRORS_DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 COLUMNS = ["id", "input", "raised", "message (excerpt)", "fix"]
@@ -608,13 +609,13 @@ def _standardize_not_a_standardizer(tmp, raises):
 
 def _standardize_bounds_empty(tmp, raises):
   with raises():
-    dpjax.standardize.PrivateStandardizer(bounds=(1.0, 1.0))
+    dpjax.mechanisms.standardize.PrivateStandardizer(bounds=(1.0, 1.0))
 
 
 def _standardize_algorithm(tmp, raises):
   with raises():
     _fit(DS, "dp-sgd", batch_size=10,
-         standardize=dpjax.standardize.PrivateStandardizer(bounds=(-1.0, 1.0)))
+         standardize=dpjax.mechanisms.standardize.PrivateStandardizer(bounds=(-1.0, 1.0)))
 
 
 CASES: dict[str, Callable] = {

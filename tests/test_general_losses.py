@@ -19,7 +19,8 @@ import optax
 import pytest
 
 from conftest import Z_MAX, maybe_jit, scale_z
-from dpjax import accounting, losses
+from dpjax import accounting
+from dpjax.problem import losses
 from dpjax.transforms import direction_sensitivity, dp_gd, dp_newton, newton_budget
 from dpjax.transforms.dp_newton import trace_sensitivity
 

@@ -1,4 +1,4 @@
-"""Tests for dpjax.glm: fused logistic loss, gradient and curvature."""
+"""Tests for dpjax.problem.glm: fused logistic loss, gradient and curvature."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from dpjax import data, glm
+from dpjax import data
+from dpjax.problem import glm
 
 N, D = 37, 5
 

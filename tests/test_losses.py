@@ -1,4 +1,4 @@
-"""Tests for dpjax.losses: constants, exact derivatives, clipping of outliers, optimum."""
+"""Tests for dpjax.problem.losses: constants, exact derivatives, clipping of outliers, optimum."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpjax import losses, solve
+from dpjax.problem import losses, solve
 
 LOSS_ARGS = {
     "logistic": {},
@@ -50,7 +50,7 @@ def test_registry_constants_and_errors():
     losses.get_loss("poisson")
   with pytest.raises(ValueError, match="delta must be > 0"):
     losses.get_loss("pseudo_huber", delta=0.0)
-  with pytest.raises(TypeError, match="dpjax.losses.Loss"):
+  with pytest.raises(TypeError, match="dpjax.problem.losses.Loss"):
     losses.newton_step_inputs("logistic", jnp.zeros(2), jnp.zeros((3, 2)), jnp.ones(3))
   with pytest.raises(ValueError, match="-1 and \\+1"):
     losses.newton_step_inputs(_get("logistic"), jnp.zeros(2), jnp.zeros((3, 2)), jnp.zeros(3))

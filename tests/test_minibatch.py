@@ -1,4 +1,4 @@
-"""dpjax.minibatch.clipped_sum: fused GLM path == generic path, the clip bound, P2 masking."""
+"""dpjax.problem.minibatch.clipped_sum: fused GLM path == generic path, the clip bound, P2 masking."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import maybe_jit, unit_ball_batch
-from dpjax import minibatch
+from dpjax.problem import minibatch
 
 B, DIM = 32, 5
 

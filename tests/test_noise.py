@@ -1,4 +1,4 @@
-"""Tests of dpjax.noise: the exact table, the lattice sampler, the release, and the two
+"""Tests of dpjax.mechanisms.noise: the exact table, the lattice sampler, the release, and the two
 floating-point acceptance checks (support of a released coordinate, black-box collisions)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from dpjax import accounting, noise
+from dpjax import accounting
+from dpjax.mechanisms import noise
 from dpjax.transforms import dp_gd
 
 S = noise.TABLE_SIGMA
@@ -354,7 +355,8 @@ def test_black_box_collisions_do_not_separate_neighbours():
 
 def test_float32_and_float64_runs_share_their_noise():
   """The integer noise depends on the key and the public plan only: noisy DP-GD runs agree across dtypes."""
-  from dpjax import data, glm
+  from dpjax import data
+  from dpjax.problem import glm
   x, y = data.synthetic(0, n=1000, d=5)
 
   def run(dt):

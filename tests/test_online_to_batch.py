@@ -13,8 +13,9 @@ import pytest
 
 import dpjax
 from conftest import Z_MAX, maybe_jit, scale_z, unit_ball_batch
-from dpjax import accounting, noise, online
-from dpjax import tree_aggregation as ta
+from dpjax import accounting, online
+from dpjax.mechanisms import noise
+from dpjax.mechanisms import tree_aggregation as ta
 from dpjax.transforms.online_to_batch import difference_clip_bound, online_to_batch
 
 B, DIM = 8, 4

@@ -1,4 +1,4 @@
-"""Tests for dpjax.per_example: chunked per-example grads/Hessians + clipping."""
+"""Tests for dpjax.problem.per_example: chunked per-example grads/Hessians + clipping."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpjax import glm, per_example
+from dpjax.problem import glm, per_example
 
 N, D = 23, 4
 

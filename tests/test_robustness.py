@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 import dpjax
-from dpjax import accounting, data, sampling, solve, streaming, training
+from dpjax import accounting, data, streaming, training
+from dpjax.mechanisms import sampling
+from dpjax.problem import solve
 
 # Up to 30: above ~45 (here) no finite sampler's guarantee can be certified (the
 # floating-point-safe noise's TV slack is paid (1 + e^eps) times out of delta),

@@ -1,4 +1,4 @@
-"""Tests for dpjax.sampling: the fixed-shape Poisson sampler and its overflow bound."""
+"""Tests for dpjax.mechanisms.sampling: the fixed-shape Poisson sampler and its overflow bound."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import Z_MAX, maybe_jit
-from dpjax import sampling
-from dpjax.sampling import PoissonSampler, binomial_tail, poisson_sampler, sample
+from dpjax.mechanisms import sampling
+from dpjax.mechanisms.sampling import PoissonSampler, binomial_tail, poisson_sampler, sample
 
 stats = pytest.importorskip("scipy.stats")
 

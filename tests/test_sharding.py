@@ -15,7 +15,8 @@ _SCRIPT = textwrap.dedent(
     """
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from dpjax import data, glm, per_example, solve, spectral
+    from dpjax import data
+    from dpjax.problem import glm, per_example, solve, spectral
 
     assert len(jax.devices()) == 2, jax.devices()
     mesh = Mesh(np.array(jax.devices()), ("data",))

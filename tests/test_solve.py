@@ -1,4 +1,4 @@
-"""Tests for dpjax.solve (the exact optimum and the excess loss)."""
+"""Tests for dpjax.problem.solve (the exact optimum and the excess loss)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import scipy.optimize
 from conftest import shared_data_file
 
 import dpjax
-from dpjax import data, solve
+from dpjax import data
+from dpjax.problem import solve
 
 
 def _grad(w, x, y, ridge=0.0):

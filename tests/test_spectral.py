@@ -1,4 +1,4 @@
-"""Tests for dpjax.spectral: the eigenvalue modification Psi_lambda."""
+"""Tests for dpjax.problem.spectral: the eigenvalue modification Psi_lambda."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpjax import spectral
+from dpjax.problem import spectral
 
 
 def _random_psd(rng, d, rank=None, batch=()):
@@ -191,7 +191,8 @@ def test_bad_inputs():
 _DEADLOCK_SCRIPT = """
 import jax, jax.numpy as jnp, numpy as np, optax
 jax.config.update("jax_enable_x64", True)
-from dpjax import data, dp_newton, glm
+from dpjax import data, dp_newton
+from dpjax.problem import glm
 ds = data.synthetic(0, dtype=np.float64)
 x, y = jnp.asarray(ds.x), jnp.asarray(ds.y)
 n, d = x.shape

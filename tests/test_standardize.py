@@ -1,4 +1,4 @@
-"""Tests for dpjax.standardize: private standardization (DP column means and stds, public bounds)."""
+"""Tests for dpjax.mechanisms.standardize: private standardization (DP column means and stds, public bounds)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 from conftest import run_cli, shared_data_file
 
 import dpjax
-from dpjax import _common, accounting, budget, data, noise, standardize
-from dpjax.standardize import PrivateStandardizer
+from dpjax import _common, accounting, data
+from dpjax.mechanisms import budget, noise, standardize
+from dpjax.mechanisms.standardize import PrivateStandardizer
 
 D = 5
 LOWER = np.array([0.0, -1.0, -5.0, 0.0, 10.0])
@@ -223,7 +224,7 @@ def test_fit_budget_cap_counts_the_standardization():
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"standardize": (0.0, 1.0)}, TypeError, "standardize must be a dpjax.standardize.PrivateStandardizer"),
+    ({"standardize": (0.0, 1.0)}, TypeError, "standardize must be a dpjax.mechanisms.standardize.PrivateStandardizer"),
     ({"algorithm": "dp-sgd", "batch_size": 10}, ValueError, "zCDP-accounted full-batch algorithms"),
     ({"standardize": PrivateStandardizer(bounds=(LOWER[:3], UPPER[:3]))}, ValueError,
      "bounds lower has 3 values, but the data has 5 columns"),

@@ -13,8 +13,10 @@ import pytest
 
 import dpjax
 from conftest import Z_MAX, maybe_jit, scale_z, unit_ball_batch
-from dpjax import accounting, minibatch, noise
-from dpjax import tree_aggregation as ta
+from dpjax import accounting
+from dpjax.mechanisms import noise
+from dpjax.problem import minibatch
+from dpjax.mechanisms import tree_aggregation as ta
 from dpjax.transforms import dp_ftrl, single_pass_dp_sgd
 
 B, DIM = 16, 6

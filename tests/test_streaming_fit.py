@@ -64,7 +64,7 @@ def test_otb_noiseless_single_pass_beats_the_noisy_one():
   ds = dpjax.synthetic(1, n=8192, d=5)
   lo = dpjax.fit(ds, "otb", epsilon=0.2, batch_size=64, repeats=8, seed=0)
   # eps = 20, not 50: the exact releases' TV slack is paid (1 + e^eps) times from
-  # delta = n^-2, which caps the certifiable epsilon near 39 here (dpjax.noise).
+  # delta = n^-2, which caps the certifiable epsilon near 39 here (dpjax.mechanisms.noise).
   hi = dpjax.fit(ds, "otb", epsilon=20.0, batch_size=64, repeats=8, seed=0)
   assert hi.excess_loss_mean < lo.excess_loss_mean
 
@@ -128,7 +128,7 @@ def test_traced_rho_matches_concrete_rho(algorithm, jit):
         jax.lax.dynamic_slice_in_dim(x, t * 32, 32), jax.lax.dynamic_slice_in_dim(y, t * 32, 32)))[0]
 
   batched = jax.vmap(maybe_jit(run, jit))(jnp.asarray([0.05, 2.0], jnp.float32))
-  # A traced budget plans the exact sampler in float32 with a margin (dpjax.noise), which may
+  # A traced budget plans the exact sampler in float32 with a margin (dpjax.mechanisms.noise), which may
   # pick other lattice multipliers than the host plan: the same law, noise ~1e-3 apart.
   np.testing.assert_allclose(batched[1], run(2.0), rtol=2e-3, atol=1e-4)
   assert not np.allclose(batched[0], batched[1])  # the traced budget sets the noise

@@ -12,7 +12,8 @@ import pytest
 import dpjax
 from conftest import shared_data_file
 import dpjax
-from dpjax import accounting, compiled, data, solve, training as fit_lib
+from dpjax import accounting, compiled, data, training as fit_lib
+from dpjax.problem import solve
 
 N, D = 400, 4
 

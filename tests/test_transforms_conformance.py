@@ -2,7 +2,7 @@
 
 The registry (``tests/_conformance_registry.py``) holds every transform
 factory of ``dpjax.transforms``, the GradientTransformations of
-``dpjax.baselines`` and ``dpjax.tree_aggregation.tree_prefix_sum``. Each test
+``dpjax.baselines`` and ``dpjax.mechanisms.tree_aggregation.tree_prefix_sum``. Each test
 below runs over all of it; where a property does not apply to a transform,
 the test names it in an explicit exclusion list with the reason.
 """
@@ -16,7 +16,8 @@ import optax
 import pytest
 
 from _conformance_registry import NAMES, REGISTRY, W
-from dpjax import accounting, noise
+from dpjax import accounting
+from dpjax.mechanisms import noise
 
 # Transforms whose state holds no key that is split at every step: the tree
 # (online_to_batch, dp_ftrl, tree_prefix_sum) keeps one fixed key and releases

@@ -1,4 +1,4 @@
-"""dpjax.tree_aggregation: index sets, node releases, noise scales, modes, accounting, errors.
+"""dpjax.mechanisms.tree_aggregation: index sets, node releases, noise scales, modes, accounting, errors.
 
 The statistical tests use fixed keys, so they are deterministic; their
 tolerances come from the sampling error (z-scores against ``Z_MAX``), and each
@@ -18,8 +18,9 @@ import pytest
 
 import dpjax
 from conftest import Z_MAX, maybe_jit, scale_z
-from dpjax import accounting, noise
-from dpjax import tree_aggregation as ta
+from dpjax import accounting
+from dpjax.mechanisms import noise
+from dpjax.mechanisms import tree_aggregation as ta
 
 D = 16  # coordinates per draw
 REPEATS = 2000
@@ -97,7 +98,7 @@ def test_levels_capacity_and_rho():
 
 
 # ----------------------------------------------------------------------------
-# Node releases: the exact sums, the releases through dpjax.noise, post-processing.
+# Node releases: the exact sums, the releases through dpjax.mechanisms.noise, post-processing.
 # ----------------------------------------------------------------------------
 
 

@@ -2,7 +2,7 @@
 
 Privacy model: ``n`` public and neighbours differing in one row, zero-out (the
 default) or replace-one for the full-batch and streaming methods
-(:mod:`dpjax._neighbouring`), add/remove for the Poisson-subsampled ones; two
+(:mod:`dpjax.problem._neighbouring`), add/remove for the Poisson-subsampled ones; two
 running totals live inside optimizer states:
 
 * rho-zCDP (Bun & Steinke 2016, arXiv 1605.02065) of the full-batch Gaussian
@@ -12,7 +12,7 @@ running totals live inside optimizer states:
   mechanisms (DP-SGD, Abadi et al. CCS 2016; the minibatch Newton method of
   Ganesh et al. NeurIPS 2023, Sec. 6), on the fixed order
   grid :data:`RDP_ORDERS`, plus a total-variation slack ``truncation`` for the
-  batch caps of :mod:`dpjax.sampling`. RDP also composes additively, order by
+  batch caps of :mod:`dpjax.mechanisms.sampling`. RDP also composes additively, order by
   order; rho-zCDP is the RDP curve ``alpha * rho``, so both combine into one
   curve when a guarantee is read (:func:`epsilon_spent`).
 

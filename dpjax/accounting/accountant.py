@@ -60,7 +60,7 @@ class AccountantState(NamedTuple):
     Renyi-DP curves of the Poisson-subsampled mechanisms, at the orders
     :data:`RDP_ORDERS` (:func:`charge_rdp`).
   * ``truncation``: the summed probability that a capped Poisson batch
-    overflowed its cap (:mod:`dpjax.sampling`), a total-variation slack that
+    overflowed its cap (:mod:`dpjax.mechanisms.sampling`), a total-variation slack that
     :func:`epsilon_spent` adds to delta. Summed with upward rounding, so it
     never understates the slack.
 
@@ -174,7 +174,7 @@ def charge(state: AccountantState, rho: Any, *, slack: Any = 0.0) -> AccountantS
   unchanged.
 
   ``slack`` is the mechanism's total-variation distance from the exact
-  Gaussian mechanism whose rho is charged: :func:`dpjax.noise.tv_slack` of
+  Gaussian mechanism whose rho is charged: :func:`dpjax.mechanisms.noise.tv_slack` of
   the released value, for the floating-point-safe sampler. It is added to
   the state's TV slack (the ``truncation`` field) rounded towards +inf, and
   :func:`epsilon_spent` pays ``(1 + e^eps)`` times it from delta.
@@ -238,7 +238,7 @@ def charge_rdp(state: AccountantState, rdp: Any, truncation: Any = 0.0) -> Accou
   curve is added elementwise to ``state.rdp`` with the same error-free
   triple-word sum as :func:`charge`. ``truncation`` is the total-variation
   slack of a capped batch (the ``overflow_prob`` of
-  :func:`dpjax.sampling.poisson_sampler`); it is added rounded towards +inf,
+  :func:`dpjax.mechanisms.sampling.poisson_sampler`); it is added rounded towards +inf,
   so the running total never understates it. See :func:`epsilon_spent`.
 
   In-graph safe (``jit``/``vmap``/``lax.scan``). Compute the curve once on
@@ -372,10 +372,10 @@ def epsilon_spent(
   Nothing charged by :func:`charge_rdp` (zero RDP curve):
   ``zcdp_to_epsilon(spent_rho(state), delta', method)`` with ``delta' = delta -
   (1 + e^eps) T``, the smallest such eps, for the TV slack ``T`` that the
-  floating-point-safe noise charges (:func:`dpjax.noise.tv_slack`, about
+  floating-point-safe noise charges (:func:`dpjax.mechanisms.noise.tv_slack`, about
   ``1e-28`` per noise coordinate): a mechanism within TV ``T`` of an (eps,
   delta')-DP one is (eps, delta' + (1 + e^eps) T)-DP. Any ``method`` applies,
-  since the exact mechanisms are Gaussian (see :mod:`dpjax.noise`).
+  since the exact mechanisms are Gaussian (see :mod:`dpjax.mechanisms.noise`).
 
   Otherwise the zCDP total becomes the RDP curve ``alpha * rho`` (Bun &
   Steinke 2016, Prop. 1.4 read backwards: rho-zCDP is exactly RDP

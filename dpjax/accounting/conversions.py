@@ -17,7 +17,7 @@ inverse. The methods of :data:`METHODS`, loosest first:
   non-subsampled Gaussian mechanisms.
 
 :func:`_zcdp_epsilon_with_slack` also pays a total-variation slack ``T`` (the
-floating-point-safe noise's, :func:`dpjax.noise.tv_slack`): the smallest eps
+floating-point-safe noise's, :func:`dpjax.mechanisms.noise.tv_slack`): the smallest eps
 with ``delta_method(eps; rho) + (1 + e^eps) T <= delta``.
 """
 

@@ -23,7 +23,7 @@ __all__ = ["resolve_budget", "certifiable_epsilon", "check_certifiable"]
 def certifiable_epsilon(delta: float, slack: float) -> float:
   """The largest epsilon whose TV payment ``(1 + e^eps) slack`` stays within ``delta / 2``.
 
-  The floating-point-safe noise (:mod:`dpjax.noise`) is within total variation
+  The floating-point-safe noise (:mod:`dpjax.mechanisms.noise`) is within total variation
   ``slack`` of the exact Gaussian mechanism, paid ``(1 + e^eps)`` times out of
   delta (:func:`epsilon_spent`). Past this epsilon no finite sampler's
   guarantee is worth stating: it is ``ln(delta / (2 slack) - 1)``, about 40 for
@@ -58,7 +58,7 @@ def resolve_budget(
   callers use).
 
   ``slack`` is an estimate of the run's floating-point noise slack
-  (:func:`dpjax.noise.tv_slack` of what it will release). The conversion then
+  (:func:`dpjax.mechanisms.noise.tv_slack` of what it will release). The conversion then
   reserves ``2 (1 + e^eps) slack`` of delta for it (nothing at all, in float64,
   at any ordinary epsilon), and an epsilon that cannot be certified
   (:func:`certifiable_epsilon`) is refused.

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 import jax
 
-from dpjax import noise
+from dpjax.mechanisms import noise
 from dpjax.audit import bounds
 
 __all__ = ["AUDIT_DELTA", "AuditResult", "AuditSetup", "BROKEN", "NUM_SAMPLES", "TWINS",
@@ -81,7 +81,7 @@ class AuditResult(NamedTuple):
 def injected_noise(factor: float | None) -> Iterator[None]:
   """Every noise draw traced inside is ``factor`` times its size (``None``: nothing injected).
 
-  Through :func:`dpjax.noise.broken_noise_for_audit`, which every draw of the
+  Through :func:`dpjax.mechanisms.noise.broken_noise_for_audit`, which every draw of the
   library goes through (the releases and AOP's objective perturbation); the
   accountant still charges the original budget. Compiled caches are cleared
   on entry and exit: the injection is read at trace time, and a cached

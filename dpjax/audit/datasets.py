@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import glm
+from dpjax.problem import glm
 
 
 # ----------------------------------------------------------------------------

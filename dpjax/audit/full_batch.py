@@ -13,7 +13,7 @@ from typing import Any
 import jax.numpy as jnp
 import optax
 
-from dpjax import glm
+from dpjax.problem import glm
 from dpjax import transforms
 from dpjax.audit.core import AUDIT_DELTA, RHO, _Spec
 from dpjax.audit.datasets import (_MARGIN, _balanced, _gd_public, _opposite_gradient_rows,

@@ -70,7 +70,7 @@ covers the pair.
 **Broken twins** (:data:`TWINS`), each audited against the correct claim:
 
 * ``"noise/2"``: every release adds half the noise while the accountant
-  charges the original budget (:func:`dpjax.noise.broken_noise_for_audit`,
+  charges the original budget (:func:`dpjax.mechanisms.noise.broken_noise_for_audit`,
   read at trace time; AOP's objective perturbation, the one Gaussian draw
   that is not a release, gets the same factor there);
 * ``"2x-sensitivity"``: the canary's contribution to every released sum is

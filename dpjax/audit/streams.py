@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import optax
 
 from dpjax import accounting
-from dpjax import noise
+from dpjax.mechanisms import noise
 from dpjax import online
-from dpjax import tree_aggregation as ta
+from dpjax.mechanisms import tree_aggregation as ta
 from dpjax import transforms
 from dpjax.audit.core import AUDIT_DELTA, CONTRACT_DELTA, RHO, _Spec
 from dpjax.audit.datasets import _MARGIN, _gd_public, _zero_out_pair
@@ -25,7 +25,7 @@ from dpjax.audit.datasets import _MARGIN, _gd_public, _zero_out_pair
 # ----------------------------------------------------------------------------
 
 
-# The tree (and online-to-batch through it) releases its nodes through dpjax.noise;
+# The tree (and online-to-batch through it) releases its nodes through dpjax.mechanisms.noise;
 # audit() checks that the noise twin's injection reaches them.
 
 

@@ -10,7 +10,7 @@ With ``||x_i|| <= L`` each example's logistic loss is ``L``-Lipschitz and
 (= operator) norm ``<= L^2/4``.
 
 Neighbouring relations (``neighbouring=`` of the iterative baselines;
-:mod:`dpjax._neighbouring`), ``n`` public: ``"zero-out"`` (the default) replaces
+:mod:`dpjax.problem._neighbouring`), ``n`` public: ``"zero-out"`` (the default) replaces
 one row by the null row (zero gradient and Hessian), ``"replace-one"`` by any
 row, which doubles the gradient's sensitivity (``2L/n``) and multiplies the
 Hessian's Frobenius sensitivity by ``sqrt(2)`` (``sqrt(2) L^2/(4n)``: two PSD

@@ -8,7 +8,7 @@ its own.
 Privacy of the parts here: each step releases the mean gradient and the mean
 Hessian through two Gaussian mechanisms (:func:`damped_newton_noise`
 calibrates them, ``n`` public, ``neighbouring="zero-out"`` or
-``"replace-one"``, :mod:`dpjax._neighbouring`), which together are
+``"replace-one"``, :mod:`dpjax.problem._neighbouring`), which together are
 ``rho_t``-zCDP and are charged to the accountant where they are drawn. Whether
 the iterates are private depends on the step size alone (see
 :func:`damped_newton_transform`).
@@ -29,11 +29,11 @@ import numpy as np
 import optax
 
 from dpjax import _common
-from dpjax import _neighbouring
+from dpjax.problem import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import noise
-from dpjax import spectral
+from dpjax.mechanisms import noise
+from dpjax.problem import spectral
 
 __all__ = ["DampedNewtonState", "damped_newton_noise", "damped_newton_transform"]
 
@@ -56,7 +56,7 @@ def damped_newton_noise(
   by ``<= 2L`` (``f_g = 2``), and two PSD terms ``A, A'`` of Frobenius norm
   ``<= L^2/4`` differ by ``||A - A'||_F = sqrt(||A||_F^2 + ||A'||_F^2 - 2 <A,
   A'>_F) <= sqrt(2) L^2/4`` since ``<A, A'>_F = tr(A A') >= 0`` (``f_H =
-  sqrt(2)``). The symmetrised noise of :func:`dpjax.noise.add_gaussian_symmetric`
+  sqrt(2)``). The symmetrised noise of :func:`dpjax.mechanisms.noise.add_gaussian_symmetric`
   is exactly ``||D||_F^2 / (2 sigma_H^2)``-zCDP for a change ``D``.
 
   Examples:

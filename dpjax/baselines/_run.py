@@ -24,7 +24,7 @@ from jax import lax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import glm
+from dpjax.problem import glm
 from dpjax.baselines import _checks
 from dpjax.baselines.aop import aop, aop_calibration
 from dpjax.baselines.damped_newton import damped_newton
@@ -159,7 +159,7 @@ def run_baseline(
 
   The iterative runs start at ``w_0 = 0`` and are one ``jax.jit`` of a
   ``jax.vmap`` over the keys of a ``lax.scan`` over the steps: each step makes
-  one fused pass over the data (:mod:`dpjax.glm`), the transform's update and
+  one fused pass over the data (:mod:`dpjax.problem.glm`), the transform's update and
   the public divergence guard (reset to ``w_0`` when ``||w|| > guard_radius``
   or not finite; post-processing). ``key`` is an int seed, a typed key, or a
   1-D batch of typed keys (results then have a leading repeat axis).

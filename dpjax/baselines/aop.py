@@ -40,7 +40,7 @@ import numpy as np
 
 from dpjax import _common
 from dpjax import _validate
-from dpjax import noise
+from dpjax.mechanisms import noise
 from dpjax.baselines import _checks
 
 __all__ = ["AOPCalibration", "aop", "aop_calibration"]
@@ -336,7 +336,7 @@ def aop(
   accountant. With the constants of :func:`aop_calibration`:
 
   1. draw ``b ~ N(0, sigma_obj^2 I)`` from ``key`` (float64, with a density, as
-     the objective-perturbation proof needs: :func:`dpjax.noise.perturbation_vector`);
+     the objective-perturbation proof needs: :func:`dpjax.mechanisms.noise.perturbation_vector`);
   2. find ``theta`` with ``||grad F(theta)|| <= gamma`` for ``F(theta) = (1/n)
      sum_i log(1 + exp(-y_i <x_i, theta>)) + (Lambda / (2n)) ||theta||^2 + <b,
      theta>``, deterministically in float64: Newton's method from 0 (at most
@@ -346,7 +346,7 @@ def aop(
      float64 gradient norm is ``<= gamma / 2``;
   3. release ``theta + u`` if ``theta`` is certified, else ``u`` alone, with
      ``u ~ N(0, sigma_out^2 I)`` added by the floating-point-safe
-     :func:`dpjax.noise.add_gaussian` (sensitivity ``2 n gamma / Lambda``).
+     :func:`dpjax.mechanisms.noise.add_gaussian` (sensitivity ``2 n gamma / Lambda``).
 
   The privacy argument needs ``||x_i|| <= L = row_norm_bound`` (validated,
   with no tolerance) and the logistic loss's true constants: ``L``-Lipschitz,

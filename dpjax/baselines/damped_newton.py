@@ -44,7 +44,7 @@ def damped_newton(
   the noise-free mean gradient ``g`` and Hessian ``H`` and returns
   ``-eta H~^{-1} g~`` with ``g~ = g + N(0, sigma_g^2 I)``,
   ``H~ = eigclip(H + (E + E^T)/2, min_eigenvalue)`` (:func:`damped_newton_noise`,
-  :func:`dpjax.noise.add_gaussian_symmetric`) and the paper's step size
+  :func:`dpjax.mechanisms.noise.add_gaussian_symmetric`) and the paper's step size
   ``eta = min(1, log(1 + beta) / beta)``, ``beta = ||H^{-1} g||`` computed from
   the NOISE-FREE ``g`` and ``H`` (``H`` eigen-clipped at the same floor, so
   singular Hessians are handled). That step size is a data-dependent choice
@@ -71,7 +71,8 @@ def damped_newton(
 
   Examples:
     >>> import jax
-    >>> from dpjax import baselines, data, glm
+    >>> from dpjax import baselines, data
+    >>> from dpjax.problem import glm
     >>> x, y = data.synthetic(0, n=1000, d=5)
     >>> tx = baselines.damped_newton(n=1000, rho=1.0, steps=5, key=0)
     >>> w = jax.numpy.zeros(5)

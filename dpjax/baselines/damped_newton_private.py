@@ -1,7 +1,7 @@
 """A private damped Newton method with the noises of Avella-Medina et al. (2021), rho-zCDP.
 
 **Private: yes, rho-zCDP** (``n`` public; ``neighbouring="zero-out"``, the
-default, or ``"replace-one"``, :mod:`dpjax._neighbouring`). Each step releases
+default, or ``"replace-one"``, :mod:`dpjax.problem._neighbouring`). Each step releases
 the noisy mean gradient and the symmetrised noisy mean Hessian, two Gaussian
 mechanisms of ``rho/T`` together (:func:`damped_newton_noise`), charged to the
 accountant; ``T`` steps compose to ``rho``. The step size is post-processing
@@ -77,7 +77,8 @@ def damped_newton_private(
 
   Examples:
     >>> import jax
-    >>> from dpjax import accounting, baselines, data, glm
+    >>> from dpjax import accounting, baselines, data
+    >>> from dpjax.problem import glm
     >>> x, y = data.synthetic(0, n=1000, d=5)
     >>> tx = baselines.damped_newton_private(n=1000, rho=1.0, steps=2, key=0)
     >>> w = jax.numpy.zeros(5)

@@ -2,7 +2,7 @@
 
 **Private: no.** Each step's gradient release is a Gaussian mechanism,
 calibrated for ``rho/T``-zCDP (``n`` public, ``neighbouring="zero-out"`` or
-``"replace-one"``, :mod:`dpjax._neighbouring`) and charged to the accountant,
+``"replace-one"``, :mod:`dpjax.problem._neighbouring`) and charged to the accountant,
 but the step size is an Armijo backtracking line search on the NOISE-FREE
 loss: a data-dependent choice paid for by no noise, so the iterates are not
 differentially private at any budget. It is a diagnostic: how far a perfect
@@ -23,11 +23,11 @@ import optax
 from jax import lax
 
 from dpjax import _common
-from dpjax import _neighbouring
+from dpjax.problem import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import glm
-from dpjax import noise
+from dpjax.problem import glm
+from dpjax.mechanisms import noise
 
 __all__ = ["DPGDOracleState", "dp_gd_oracle"]
 
@@ -88,7 +88,8 @@ def dp_gd_oracle(
 
   Examples:
     >>> import jax
-    >>> from dpjax import baselines, data, glm
+    >>> from dpjax import baselines, data
+    >>> from dpjax.problem import glm
     >>> x, y = data.synthetic(0, n=1000, d=5)
     >>> tx = baselines.dp_gd_oracle(n=1000, rho=1.0, steps=3, key=0)
     >>> w = jax.numpy.zeros(5)

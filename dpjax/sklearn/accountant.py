@@ -16,7 +16,7 @@ import numpy as np
 
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
-from dpjax import budget as budget_lib
+from dpjax.mechanisms import budget as budget_lib
 
 __all__ = ["Budget", "BudgetAccountant", "BudgetExceededError", "Charge"]
 
@@ -61,7 +61,7 @@ class BudgetAccountant:
   2.3). The total ``(epsilon, delta)`` is the zCDP budget
   ``rho_total = epsilon_to_zcdp(epsilon, delta, accounting)``; a charge is
   refused when ``spent_rho + rho`` would pass it (with the library's float
-  tolerance, :data:`dpjax.budget.RTOL`). The spend is reported once, as the
+  tolerance, :data:`dpjax.mechanisms.budget.RTOL`). The spend is reported once, as the
   epsilon of ``spent_rho`` at the accountant's ``delta``. diffprivlib's
   ``slack`` (the delta traded for its advanced composition, Kairouz, Oh &
   Viswanath 2015) has no counterpart: zCDP composition needs no slack, and

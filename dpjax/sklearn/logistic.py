@@ -27,11 +27,11 @@ import jax
 import jax.numpy as jnp
 import scipy.sparse
 
-from dpjax import _neighbouring
+from dpjax.problem import _neighbouring
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
 from dpjax import auto as auto_lib
-from dpjax import budget as budget_lib
+from dpjax.mechanisms import budget as budget_lib
 from dpjax import data as data_lib
 from dpjax import leaks
 from dpjax import training

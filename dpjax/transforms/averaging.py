@@ -202,7 +202,8 @@ def tail_average(
 
   Examples:
     >>> import jax, optax
-    >>> from dpjax import accounting, data, glm
+    >>> from dpjax import accounting, data
+    >>> from dpjax.problem import glm
     >>> from dpjax.transforms import dp_gd
     >>> from dpjax.transforms.averaging import averaged_params, tail_average
     >>> x, y = data.synthetic(0, n=1000, d=5)

@@ -29,7 +29,7 @@ then ``w_{t+1} = sum_{i=1}^{N} 2i / (N (N+1)) theta_i`` (weights summing to
 combination, so ``w_{t+1} in W``).
 
 Privacy (``n`` public: every mean divides by ``n``; neighbours differ in one
-row, ``neighbouring`` (:mod:`dpjax._neighbouring`): ``"zero-out"``, the
+row, ``neighbouring`` (:mod:`dpjax.problem._neighbouring`): ``"zero-out"``, the
 default, replaces it by the null row, which contributes zero gradient and
 zero Hessian; ``"replace-one"`` by any other row). Only the first two terms
 of ``grad phi_t`` see the data; the cubic term and ``w_t`` (a previous
@@ -93,10 +93,10 @@ import numpy as np
 import optax
 from jax import lax
 
-from dpjax import _neighbouring
+from dpjax.problem import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import noise
+from dpjax.mechanisms import noise
 from dpjax import _common
 
 __all__ = [
@@ -390,7 +390,7 @@ def cubic_newton(
     disable_noise_for_testing: if True, the solver adds no noise (same ``N``,
       same charges); the output is NOT private. For tests only.
     unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
-      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      floating point instead of :mod:`dpjax.mechanisms.noise`'s exact sampler: NOT
       private (Mironov 2012); for measuring what exactness costs. Issues
       :class:`dpjax.PrivacyLeakWarning`.
 
@@ -407,7 +407,8 @@ def cubic_newton(
 
   Examples:
     >>> import jax, jax.numpy as jnp, optax
-    >>> from dpjax import accounting, data, glm
+    >>> from dpjax import accounting, data
+    >>> from dpjax.problem import glm
     >>> from dpjax.transforms import cubic_newton, l2_logistic_constants
     >>> x, y = data.synthetic(0, n=500, d=3)
     >>> mu, radius = 0.05, 2.0

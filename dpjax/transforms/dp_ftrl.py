@@ -8,12 +8,12 @@ private (deep) learning without sampling or shuffling", ICML 2021, Algorithm
 ``theta_{t+1} = Pi(theta_0 - eta ghat_t / b)``, ``ghat_t`` the binary
 mechanism's release of ``sum_{s<=t} sum_{z in batch_s} clip(grad l(theta_s, z), C)``
 
-(:func:`dpjax.tree_aggregation.tree_prefix_sum`: each tree node is released
-through the floating-point-safe Gaussian mechanism of :mod:`dpjax.noise` with
+(:func:`dpjax.mechanisms.tree_aggregation.tree_prefix_sum`: each tree node is released
+through the floating-point-safe Gaussian mechanism of :mod:`dpjax.mechanisms.noise` with
 std ``c C``, ``2 c C`` for replace-one neighbours, and ``ghat_t`` is the sum of
 released nodes). Privacy: each example is used once (one step's batch, single
 pass) and moves that step's clipped sum by at most ``C`` when zeroed out
-(``2C`` when replaced; ``dpjax.minibatch.NEIGHBOURING``), so the releases cost
+(``2C`` when replaced; ``dpjax.problem.minibatch.NEIGHBOURING``), so the releases cost
 the tree's ``depth / (2 c^2)`` zCDP (plus their TV slack) and every
 ``theta`` is post-processing; the accountant in the state is the tree's.
 """
@@ -29,8 +29,8 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import leaks
-from dpjax import minibatch
-from dpjax import tree_aggregation as ta
+from dpjax.problem import minibatch
+from dpjax.mechanisms import tree_aggregation as ta
 
 __all__ = ["DPFTRLState", "dp_ftrl"]
 
@@ -73,7 +73,7 @@ def dp_ftrl(
     loss_fn: a per-example loss ``f(params, example)``.
     projection: optional map onto a domain, applied to every iterate.
     key: int seed or typed PRNG key (the tree's).
-    mode: the tree mode (``dpjax.tree_aggregation.MODES``).
+    mode: the tree mode (``dpjax.mechanisms.tree_aggregation.MODES``).
     neighbouring: ``"zero-out"`` or ``"replace-one"`` (noise x 2).
     disable_noise_for_testing: no noise (NOT private).
     unsafe_float_noise: the tree releases its nodes with float noise

@@ -7,7 +7,7 @@ Update (with ``eta = 1/L1 = 4`` for the logistic loss, as in the paper's experim
 
 Sensitivity argument: ``n`` is public (every average divides by the same
 ``n``) and neighbouring datasets differ in one row (``neighbouring``,
-:mod:`dpjax._neighbouring`): ``"zero-out"`` (the default) replaces it by the
+:mod:`dpjax.problem._neighbouring`): ``"zero-out"`` (the default) replaces it by the
 null row, whose gradient is 0; ``"replace-one"`` by any other row. Each
 per-example gradient has norm ``<= L0`` (``grad_norm_bound``; ``L0 = 1`` for
 the logistic loss with ``||x|| <= 1``), so the mean gradient moves by
@@ -30,10 +30,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from dpjax import _neighbouring
+from dpjax.problem import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import noise
+from dpjax.mechanisms import noise
 from dpjax import _common
 
 __all__ = ["DPGDState", "dp_gd"]
@@ -104,11 +104,11 @@ def dp_gd(
     grad_norm_bound: L0, the bound on each example's gradient norm.
     key: int seed or typed PRNG key (``jax.random.key``); required.
     neighbouring: ``"zero-out"`` (default) or ``"replace-one"`` (noise x 2);
-      see :mod:`dpjax._neighbouring`.
+      see :mod:`dpjax.problem._neighbouring`.
     disable_noise_for_testing: if True, adds no noise and the output is NOT
       private (the accountant is still charged). For tests only.
     unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
-      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      floating point instead of :mod:`dpjax.mechanisms.noise`'s exact sampler: NOT
       private (Mironov 2012); for measuring what exactness costs. Issues
       :class:`dpjax.PrivacyLeakWarning`.
 
@@ -122,7 +122,8 @@ def dp_gd(
 
   Examples:
     >>> import jax, optax
-    >>> from dpjax import accounting, data, glm
+    >>> from dpjax import accounting, data
+    >>> from dpjax.problem import glm
     >>> from dpjax.transforms import dp_gd
     >>> x, y = data.synthetic(0, n=1000, d=5)
     >>> tx = dp_gd(n=1000, rho=0.5, steps=20, key=0)

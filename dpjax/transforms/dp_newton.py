@@ -11,7 +11,7 @@ the mean gradient ``g`` and the mean second-order information (SOI) matrix
    ``lam = max((c max(0, tr~) / (n^2 rho_direction))^(1/3), 4 L1/n)``;
 3. ``w_{t+1} = w_t - Psi_lam(H)^{-1} g~ + N(0, (||g~|| s(lam))^2 / (2 rho_direction) I)``.
 
-Neighbouring relation (``neighbouring``, :mod:`dpjax._neighbouring`): ``n``
+Neighbouring relation (``neighbouring``, :mod:`dpjax.problem._neighbouring`): ``n``
 is public and neighbours differ in one row: ``"zero-out"`` (the default)
 replaces it by the null row, which contributes zero gradient and zero
 curvature; ``"replace-one"`` replaces it by any other row.
@@ -57,7 +57,7 @@ General convex losses (``curvature_structure="general"``, Ganesh et al.
 every example's Hessian ``H_i`` (PSD, each example's loss being convex in
 ``w``; clipping scales it, so it stays PSD) to Frobenius norm ``<= L1``
 (``curvature_norm="frobenius"``) or operator norm ``<= L1``
-(``"spectral"``), e.g. with :func:`dpjax.losses.newton_step_inputs`. Then,
+(``"spectral"``), e.g. with :func:`dpjax.problem.losses.newton_step_inputs`. Then,
 with ``n`` public:
 
 * the mean gradient has L2 sensitivity ``L0/n`` (zero-out) or ``2 L0/n``
@@ -68,7 +68,7 @@ with ``n`` public:
   has operator norm ``<= L1 / (n lam^2)``: add's direction sensitivity is
   ``s = L1 / (n lam^2)``. Replace-one: the operator-monotone
   argument above (``P, P'`` PSD of norm ``<= s``) keeps ``s``; so does
-  ``||H_i - H_i'||_op <= L1`` (lemma 3 of :mod:`dpjax._neighbouring`) in the
+  ``||H_i - H_i'||_op <= L1`` (lemma 3 of :mod:`dpjax.problem._neighbouring`) in the
   identity. Clip has no proof for a general ``H_i`` and is refused;
 * ``0 <= tr(H_i) = <H_i, I>_F <= sqrt(d) ||H_i||_F <= sqrt(d) L1``
   (PSD; Cauchy-Schwarz) for Frobenius clipping, and
@@ -99,13 +99,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpjax import _neighbouring
+from dpjax.problem import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import noise
-from dpjax import glm
-from dpjax import per_example
-from dpjax import spectral
+from dpjax.mechanisms import noise
+from dpjax.problem import glm
+from dpjax.problem import per_example
+from dpjax.problem import spectral
 from dpjax import _common
 
 __all__ = [
@@ -456,7 +456,7 @@ def dp_newton(
     curvature: ``"hessian"`` or ``"qu"``: the kind of SOI (used for the
       ``x, y`` path; a passed ``curvature_matrix`` must be of this kind; for
       general, any PSD per-example SOI clipped to ``L1`` is covered).
-    modification: ``"clip"`` or ``"add"`` (:mod:`dpjax.spectral`).
+    modification: ``"clip"`` or ``"add"`` (:mod:`dpjax.problem.spectral`).
     min_eigenvalue: ``"adaptive"`` (Sec. 5.2) or a fixed lambda > 0; for clip
       a fixed lambda must exceed ``curvature_norm_bound / n``.
     grad_frac: share ``gamma`` of each step's budget for the gradient.
@@ -469,9 +469,9 @@ def dp_newton(
       ``curvature_norm``.
     curvature_structure: ``"rank_one"`` (default): each example's SOI is
       ``c(z) x x^T`` with ``0 <= c``, ``||.|| <= L1`` (the logistic SOI of
-      :mod:`dpjax.glm`); or ``"general"``: any convex loss whose per-example
+      :mod:`dpjax.problem.glm`); or ``"general"``: any convex loss whose per-example
       Hessians (PSD) were clipped to norm ``<= L1`` in ``curvature_norm``
-      (:func:`dpjax.losses.newton_step_inputs`). General needs
+      (:func:`dpjax.problem.losses.newton_step_inputs`). General needs
       ``modification="add"``, takes ``curvature_matrix`` (no ``x, y`` path)
       and uses the sensitivities of the module docstring.
     curvature_norm: ``"frobenius"`` (default) or ``"spectral"``: the norm of
@@ -485,7 +485,7 @@ def dp_newton(
     disable_noise_for_testing: if True, no noise at all (the adaptive lambda
       then uses the exact trace); the output is NOT private. For tests only.
     unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
-      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      floating point instead of :mod:`dpjax.mechanisms.noise`'s exact sampler: NOT
       private (Mironov 2012); for measuring what exactness costs. Issues
       :class:`dpjax.PrivacyLeakWarning`.
 
@@ -501,7 +501,8 @@ def dp_newton(
 
   Examples:
     >>> import jax, optax
-    >>> from dpjax import accounting, data, glm
+    >>> from dpjax import accounting, data
+    >>> from dpjax.problem import glm
     >>> from dpjax.transforms import dp_newton
     >>> x, y = data.synthetic(0, n=2000, d=5)
     >>> tx = dp_newton(n=2000, rho=1.0, steps=3, key=0)
@@ -682,7 +683,7 @@ def dp_newton(
       raise ValueError(
           "dp_newton with curvature_structure='general' has no x=..., y=... path (that path is "
           "the logistic SOI): pass curvature_matrix=H, the clipped mean Hessian of your loss, "
-          "e.g. from dpjax.losses.newton_step_inputs."
+          "e.g. from dpjax.problem.losses.newton_step_inputs."
       )
     if x is None or y is None:
       raise TypeError(

@@ -6,7 +6,7 @@ minibatch variant of Algorithm 3 compared with DP-SGD in their Fig. 4
 the authors' reference code ``update_rule_stochastic`` for the sampling).
 Logistic regression on ``x [n, d]`` with ``||x_i|| <= 1`` and ``y_i`` in {-1, +1}. One step at ``w_t``:
 
-1. Two INDEPENDENT Poisson samples (:mod:`dpjax.sampling`): ``S_g`` with rate
+1. Two INDEPENDENT Poisson samples (:mod:`dpjax.mechanisms.sampling`): ``S_g`` with rate
    ``q_g = B_g / n`` and ``S_H`` with rate ``q_H = B_H / n``.
 2. Noisy gradient, normalised by the expected size ``B_g`` (public):
    ``g~ = (1/B_g) [sum_{i in S_g} clip(grad f_i, C) + N(0, z_g^2 C^2 I)]``.
@@ -48,7 +48,7 @@ the multipliers are public):
   composition. Each step charges
   ``subsampled_gaussian_rdp(q_g, z_g) + subsampled_gaussian_rdp(q_H, z_H)`` to
   the accountant's RDP curve (:func:`dpjax.accounting.charge_rdp`).
-* The samples are capped (static shapes): :func:`dpjax.sampling.sample` keeps
+* The samples are capped (static shapes): :func:`dpjax.mechanisms.sampling.sample` keeps
   the first ``cap`` included examples. The capped and the uncapped samplers
   differ in total variation by at most ``P(Binomial(n+1, q) > cap)`` per
   sample, which is charged as the accountant's ``truncation`` slack (both
@@ -74,11 +74,11 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import noise
-from dpjax import glm
-from dpjax import minibatch
-from dpjax import sampling
-from dpjax import spectral
+from dpjax.mechanisms import noise
+from dpjax.problem import glm
+from dpjax.problem import minibatch
+from dpjax.mechanisms import sampling
+from dpjax.problem import spectral
 from dpjax.transforms.dp_newton import direction_sensitivity
 
 __all__ = [
@@ -183,7 +183,7 @@ def sampled_grad_and_curvature(
   ``g = (1/B_g) sum_{S_g} clip(grad f_i, C)`` and
   ``H_S = (1/B_H) sum_{S_H} c(<x_i, w>) x_i x_i^T``, each normalised by the
   public expected size, never by the realised count. A sample is
-  ``(indices [cap], mask [cap])`` as :func:`dpjax.sampling.sample` returns it;
+  ``(indices [cap], mask [cap])`` as :func:`dpjax.mechanisms.sampling.sample` returns it;
   masked slots are zeroed before any arithmetic, so they contribute exactly
   nothing whatever row their index points at. Rows are scaled to norm
   ``<= 1`` (a no-op under the data contract). Cost ``O(cap d^2)``; nothing
@@ -422,7 +422,7 @@ def dp_newton_minibatch(
     steps: number of steps T.
     noise_ratio_hess: ``z_H / z_g`` when calibrating from ``epsilon`` (> 0).
     curvature: ``"hessian"`` or ``"qu"``.
-    modification: ``"clip"`` or ``"add"`` (:mod:`dpjax.spectral`).
+    modification: ``"clip"`` or ``"add"`` (:mod:`dpjax.problem.spectral`).
     grad_norm_bound: ``C``, the per-example gradient clip norm (> 0; 1 makes
       clipping a no-op under the data contract).
     curvature_norm_bound: L1, at least 1/4 (the logistic SOI coefficient
@@ -437,7 +437,7 @@ def dp_newton_minibatch(
       still drawn and the accountant still charged); the output is NOT
       private. For tests only.
     unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
-      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      floating point instead of :mod:`dpjax.mechanisms.noise`'s exact sampler: NOT
       private (Mironov 2012); for measuring what exactness costs. Issues
       :class:`dpjax.PrivacyLeakWarning`.
 
@@ -453,7 +453,8 @@ def dp_newton_minibatch(
 
   Examples:
     >>> import jax, jax.numpy as jnp, optax
-    >>> from dpjax import accounting, data, glm
+    >>> from dpjax import accounting, data
+    >>> from dpjax.problem import glm
     >>> from dpjax.transforms import dp_newton_minibatch
     >>> x, y = data.synthetic(0, n=2000, d=5)
     >>> tx = dp_newton_minibatch(n=2000, batch_size=200, curvature_batch_size=200,

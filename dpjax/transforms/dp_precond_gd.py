@@ -15,7 +15,7 @@ floor, and run noisy gradient descent preconditioned by its inverse:
    ``s = (f_g L0 / n) / sqrt(2 rho_g)``.
 
 Privacy argument (``n`` public, so every mean divides by the same ``n``;
-neighbours differ in one row, :mod:`dpjax._neighbouring`: ``"zero-out"``,
+neighbours differ in one row, :mod:`dpjax.problem._neighbouring`: ``"zero-out"``,
 the default, replaces it by the null row, which contributes zero gradient and
 zero curvature; ``"replace-one"`` by any other row):
 
@@ -62,10 +62,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from dpjax import _neighbouring
+from dpjax.problem import _neighbouring
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import noise
+from dpjax.mechanisms import noise
 from dpjax import _common
 
 __all__ = [
@@ -356,7 +356,7 @@ def dp_precond_gd(
       ``kappa sqrt(2 d) sigma_H``, so the noiseless run clips exactly like
       the private one. For tests only.
     unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
-      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      floating point instead of :mod:`dpjax.mechanisms.noise`'s exact sampler: NOT
       private (Mironov 2012); for measuring what exactness costs. Issues
       :class:`dpjax.PrivacyLeakWarning`.
 
@@ -372,7 +372,8 @@ def dp_precond_gd(
 
   Examples:
     >>> import jax, optax
-    >>> from dpjax import accounting, data, glm
+    >>> from dpjax import accounting, data
+    >>> from dpjax.problem import glm
     >>> from dpjax.transforms.dp_precond_gd import dp_precond_gd
     >>> x, y = data.synthetic(0, n=1000, d=5)
     >>> w = jax.numpy.zeros(5)

@@ -4,11 +4,11 @@ One step at ``w_t`` (Abadi et al. 2016; ``sgd_priv`` of the reference code of Ga
 NeurIPS 2023, tensorflow/privacy ``research/dp_newton``):
 
 1. Poisson sample: each of the ``n`` examples is included independently with
-   probability ``q`` (:func:`dpjax.sampling.sample`; the realised batch has a
+   probability ``q`` (:func:`dpjax.mechanisms.sampling.sample`; the realised batch has a
    random size, held in a fixed-size buffer of ``cap`` slots, padded slots
    masked out);
 2. clip every sampled example's gradient to norm ``C`` and sum
-   (:func:`dpjax.minibatch.clipped_sum` with the sample's mask);
+   (:func:`dpjax.problem.minibatch.clipped_sum` with the sample's mask);
 3. ``w_{t+1} = w_t - eta (sum + N(0, (z C)^2 I)) / (q n)``.
 
 The sum is divided by the EXPECTED batch size ``B = q n`` (a public constant),
@@ -47,9 +47,9 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import noise
-from dpjax import minibatch
-from dpjax import sampling
+from dpjax.mechanisms import noise
+from dpjax.problem import minibatch
+from dpjax.mechanisms import sampling
 
 __all__ = ["DPSGDState", "dp_sgd"]
 
@@ -185,7 +185,7 @@ def dp_sgd(
 
   Sampling: exactly one of ``batch_size`` (the expected size ``B = q n``,
   ``1 <= B <= n``) or ``sampling_rate`` ``q`` in ``(0, 1]``
-  (:func:`dpjax.sampling.poisson_sampler`, with ``cap`` and ``overflow_prob``).
+  (:func:`dpjax.mechanisms.sampling.poisson_sampler`, with ``cap`` and ``overflow_prob``).
 
   Budget: exactly one of ``noise_multiplier`` ``z`` (``steps`` optional, a
   horizon), or ``epsilon`` with ``steps`` (``delta`` defaults to ``n^-2``,
@@ -222,7 +222,7 @@ def dp_sgd(
       private (the sampling is unchanged and the accountant is still
       charged). For tests only.
     unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
-      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      floating point instead of :mod:`dpjax.mechanisms.noise`'s exact sampler: NOT
       private (Mironov 2012); for measuring what exactness costs. Issues
       :class:`dpjax.PrivacyLeakWarning`.
 
@@ -237,7 +237,8 @@ def dp_sgd(
 
   Examples:
     >>> import jax, optax
-    >>> from dpjax import accounting, data, glm
+    >>> from dpjax import accounting, data
+    >>> from dpjax.problem import glm
     >>> from dpjax.transforms import dp_sgd
     >>> x, y = data.synthetic(0, n=2000, d=5)
     >>> tx = dp_sgd(n=2000, batch_size=200, epsilon=1.0, delta=1e-6, steps=50, key=0)

@@ -10,8 +10,8 @@ Step ``t`` (1-based, one fresh batch ``z_t`` per step, single pass):
    beta_{t-1} grad l(x_{t-1}, z)`` is computed on the **same** example at both
    points and clipped to ``C_0 t^(k-1)`` (clipping the difference, not each
    gradient); their sum is ``delta_t``;
-3. the binary tree (:mod:`dpjax.tree_aggregation`) releases its nodes through
-   the floating-point-safe Gaussian mechanism (:mod:`dpjax.noise`) and returns
+3. the binary tree (:mod:`dpjax.mechanisms.tree_aggregation`) releases its nodes through
+   the floating-point-safe Gaussian mechanism (:mod:`dpjax.mechanisms.noise`) and returns
    ``ghat_t``, the sum of the released nodes covering ``1..t``: a private
    estimate of ``g_t = delta_1 + ... + delta_t`` (which is never formed, let
    alone released);
@@ -30,7 +30,7 @@ so no ``t^k``-sized differences cancel in float32; the tree's input is
 multiplied by ``0^0 = 1``).
 
 Privacy. The privacy unit is one position of the stream
-(``dpjax.minibatch.NEIGHBOURING``): with ``neighbouring="zero-out"`` (the
+(``dpjax.problem.minibatch.NEIGHBOURING``): with ``neighbouring="zero-out"`` (the
 default; dp-accounting's REPLACE_SPECIAL) one example is replaced by a null
 one, with ``"replace-one"`` by any other, doubling the sensitivity. The
 example enters one step's ``delta_s`` only (single pass), by at most the clip
@@ -38,7 +38,7 @@ bound ``Delta_s = C_0 s^(k-1)`` (twice that for replace-one) in L2, whatever
 the iterates (they are post-processing of earlier releases: adaptive
 composition). The tree charges ``depth / (2 c^2)`` zCDP for its node
 releases, ``c`` the node noise multiplier, plus the TV slack of each release
-(:func:`dpjax.noise.tv_slack`); ``ghat_t``, the learner, ``x_t`` and the
+(:func:`dpjax.mechanisms.noise.tv_slack`); ``ghat_t``, the learner, ``x_t`` and the
 output are post-processing of released values. The accountant in the state
 is charged as the tree opens levels (at ``t = 1, 2, 4, ...``). Each node is
 released with the largest sensitivity in it, so any ``k`` (or a given
@@ -58,10 +58,10 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import minibatch
-from dpjax import noise
+from dpjax.problem import minibatch
+from dpjax.mechanisms import noise
 from dpjax import online
-from dpjax import tree_aggregation as ta
+from dpjax.mechanisms import tree_aggregation as ta
 
 __all__ = ["OnlineToBatchState", "difference_clip_bound", "online_to_batch"]
 
@@ -144,12 +144,12 @@ def online_to_batch(
     projection: for a learner without its own projection, the map onto the
       domain applied to its plays.
     key: int seed or typed PRNG key (the tree's).
-    mode: the tree mode, one of ``dpjax.tree_aggregation.MODES``.
+    mode: the tree mode, one of ``dpjax.mechanisms.tree_aggregation.MODES``.
     neighbouring: ``"zero-out"`` or ``"replace-one"`` (node noise x 2); see
-      ``dpjax.minibatch.NEIGHBOURING``.
+      ``dpjax.problem.minibatch.NEIGHBOURING``.
     disable_noise_for_testing: no noise (NOT private); still charged (no TV slack).
     unsafe_float_noise: releases the tree's nodes with float noise
-      (``jax.random.normal``) instead of :mod:`dpjax.noise`'s exact sampler:
+      (``jax.random.normal``) instead of :mod:`dpjax.mechanisms.noise`'s exact sampler:
       NOT private in floating point (Mironov 2012); for benchmarks only.
       Issues :class:`dpjax.PrivacyLeakWarning`.
 

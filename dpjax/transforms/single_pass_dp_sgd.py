@@ -9,7 +9,7 @@ adds Gaussian noise ``N(0, s^2 I)`` to the sum,
 ``theta_{t+1} = Pi(theta_t - eta (sum_z clip(grad l(theta_t, z), C) + N(0, s^2 I)) / b)``,
 ``s = C / sqrt(2 rho)`` (``2C / sqrt(2 rho)`` for replace-one neighbours).
 
-Privacy: zeroing out one example (``dpjax.minibatch.NEIGHBOURING``) changes
+Privacy: zeroing out one example (``dpjax.problem.minibatch.NEIGHBOURING``) changes
 only the step whose batch holds it, by at most ``C`` in L2 (``2C`` when it is
 replaced: ``s`` doubles), and that step is ``rho``-zCDP (Gaussian mechanism); every other step sees the example only through earlier released
 iterates (post-processing; parallel composition over disjoint batches with
@@ -29,8 +29,8 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import noise
-from dpjax import minibatch
+from dpjax.mechanisms import noise
+from dpjax.problem import minibatch
 
 __all__ = ["SinglePassDPSGDState", "single_pass_dp_sgd"]
 
@@ -94,7 +94,7 @@ def single_pass_dp_sgd(
     neighbouring: ``"zero-out"`` or ``"replace-one"`` (noise x 2).
     disable_noise_for_testing: no noise (NOT private).
     unsafe_float_noise: if True, draws the noise as ``jax.random.normal`` in
-      floating point instead of :mod:`dpjax.noise`'s exact sampler: NOT
+      floating point instead of :mod:`dpjax.mechanisms.noise`'s exact sampler: NOT
       private (Mironov 2012); for measuring what exactness costs. Issues
       :class:`dpjax.PrivacyLeakWarning`.
 

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from dpjax import noise
+from dpjax.mechanisms import noise
 from dpjax.audit import mechanisms
 
 

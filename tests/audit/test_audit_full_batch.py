@@ -14,7 +14,7 @@ import jax
 import pytest
 
 from dpjax import compiled
-from dpjax import noise
+from dpjax.mechanisms import noise
 from dpjax.audit import mechanisms
 
 NUM_SAMPLES = mechanisms.TEST_SAMPLES_DEFAULT  # 4000

@@ -15,8 +15,8 @@ to the column statistics. Three things differ from diffprivlib:
   Laplace mechanisms with ``epsilon / d`` each (diffprivlib's
   ``tools.utils._wrap_axis``), whose noise grows as ``d``;
 * the noise is drawn by the library's floating-point-safe Gaussian mechanism,
-  :func:`dpjax.noise.add_gaussian`, whose total-variation slack
-  (:func:`dpjax.noise.tv_slack`) is charged with the rho;
+  :func:`dpjax.mechanisms.noise.add_gaussian`, whose total-variation slack
+  (:func:`dpjax.mechanisms.noise.tv_slack`) is charged with the rho;
 * inside :func:`dpjax.fit` the standardization takes a stated share of the
   run's total budget, and the result's total includes it.
 
@@ -80,7 +80,7 @@ plus the fit's, under the same relation.
 
 Examples:
   >>> import numpy as np
-  >>> from dpjax import standardize
+  >>> from dpjax.mechanisms import standardize
   >>> rng = np.random.default_rng(0)
   >>> x = rng.uniform(0.0, 10.0, size=(50_000, 3)) * [1.0, 0.1, 1.0]
   >>> std = standardize.PrivateStandardizer(bounds=(0.0, 10.0), budget_share=0.1)
@@ -105,9 +105,9 @@ import numpy as np
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
-from dpjax import budget as budget_lib
+from dpjax.mechanisms import budget as budget_lib
 from dpjax import data as data_lib
-from dpjax import noise
+from dpjax.mechanisms import noise
 
 __all__ = [
     "NEIGHBOURING",
@@ -131,7 +131,7 @@ def sensitivities(d: int, neighbouring: str = "zero-out") -> tuple[float, float]
   ``(sqrt(d) / 2, sqrt(d) / 4)``, replace-one ``(sqrt(d), sqrt(d) / 4)``.
 
   Examples:
-    >>> from dpjax import standardize
+    >>> from dpjax.mechanisms import standardize
     >>> standardize.sensitivities(4), standardize.sensitivities(4, "replace-one")
     ((1.0, 0.5), (2.0, 0.5))
   """
@@ -159,7 +159,7 @@ def column_sums(x: Any, *, lower: Any, upper: Any) -> tuple[np.ndarray, np.ndarr
 
   Examples:
     >>> import numpy as np
-    >>> from dpjax import standardize
+    >>> from dpjax.mechanisms import standardize
     >>> s1, s2 = standardize.column_sums(np.array([[0.0, 5.0], [10.0, 20.0]]), lower=0.0, upper=10.0)
     >>> s1.tolist(), s2.tolist()
     ([0.0, 0.5], [0.5, 0.25])
@@ -249,7 +249,7 @@ class Standardization(NamedTuple):
   rho: float  # zCDP charged in all: the configured rho (>= rho_mean + rho_var, as run).
   rho_mean: float  # zCDP of the column-sum release (mean_share * rho).
   rho_var: float  # zCDP of the sum-of-squares release (the rest).
-  slack: float  # total-variation slack of the two releases (dpjax.noise.tv_slack), added to delta.
+  slack: float  # total-variation slack of the two releases (dpjax.mechanisms.noise.tv_slack), added to delta.
   sensitivities: tuple  # (Delta_1, Delta_2) as stated to the mechanism (with the rounding margin).
   noise_stds: tuple  # (s1, s2): noise std of the released sums S1, S2 (units of the widths).
   n: int  # rows (public).
@@ -309,7 +309,7 @@ class PrivateStandardizer:
     intercept: prepend the constant intercept column after standardization.
 
   Examples:
-    >>> from dpjax import standardize
+    >>> from dpjax.mechanisms import standardize
     >>> standardize.PrivateStandardizer(bounds=(0.0, 1.0), budget_share=0.2).budget_share
     0.2
   """
@@ -415,7 +415,7 @@ class PrivateStandardizer:
 
     Examples:
       >>> import numpy as np
-      >>> from dpjax import standardize
+      >>> from dpjax.mechanisms import standardize
       >>> rng = np.random.default_rng(1)
       >>> x = rng.uniform(-3.0, 3.0, size=(1000, 2)).astype(np.float32)
       >>> y = np.where(x[:, 0] > 0, 1.0, -1.0).astype(np.float32)
@@ -493,7 +493,7 @@ def run_fit(fit: Callable[..., Any], arguments: dict, *, algorithms: tuple) -> A
 def _plan(std: Any, data: Any, algorithm: str, args: dict, algorithms: tuple) -> _Plan:
   if not isinstance(std, PrivateStandardizer):
     raise TypeError(
-        "standardize must be a dpjax.standardize.PrivateStandardizer(bounds=(lower, upper), "
+        "standardize must be a dpjax.mechanisms.standardize.PrivateStandardizer(bounds=(lower, upper), "
         f"budget_share=...) (public bounds and a share of the budget), got {type(std).__name__}.")
   if algorithm not in algorithms:
     raise ValueError(

@@ -8,7 +8,7 @@ observation", STOC; Chan, Shi & Song 2011, "Private and continual release of
 statistics", ACM TISSEC). Node ``i`` is the dyadic interval ``(i - 2^h, i]``
 of leaves, ``h = ctz(i)`` its height, and ``S_i`` the exact sum of its leaves'
 inputs. When the node completes, at ``t = i``, it is **released** once through
-the floating-point-safe Gaussian mechanism of :mod:`dpjax.noise`:
+the floating-point-safe Gaussian mechanism of :mod:`dpjax.mechanisms.noise`:
 
 ``N_i = noise.add_gaussian(key_i, S_i, sensitivity=D_i, noise_std=c D_i)``,
 
@@ -31,7 +31,7 @@ bits for differential privacy", CCS); releasing every node through it is.
 
 Privacy. One example enters one step's input ``delta_s`` only, and changing
 it (by the caller's neighbouring relation, e.g.
-``dpjax.minibatch.NEIGHBOURING``) moves ``delta_s`` by at most ``Delta_s`` in
+``dpjax.problem.minibatch.NEIGHBOURING``) moves ``delta_s`` by at most ``Delta_s`` in
 L2, the sensitivity the caller passes (its clip bound, or twice it for
 replace-one neighbours). Leaf ``s`` lies in at most one node per level. The
 node's sensitivity is ``D_i = max(Delta_a, Delta_b)`` over its first and last
@@ -39,7 +39,7 @@ leaf ``a, b`` (the largest sensitivity inside it for any monotone schedule,
 :func:`check_schedule`), so the release of ``S_i`` is the Gaussian mechanism
 with sensitivity ``D_i >= Delta_s`` and std ``c D_i``: ``1 / (2 c^2)`` zCDP
 (Bun & Steinke 2016), with every guarantee of the continuous Gaussian
-mechanism carried over by :func:`dpjax.noise.add_gaussian`. A node that does
+mechanism carried over by :func:`dpjax.mechanisms.noise.add_gaussian`. A node that does
 not contain ``s`` has the same exact sum on both neighbours given the earlier
 releases (its inputs may depend on them: adaptive composition). So the
 released sequence, and everything computed from it, is ``depth / (2
@@ -49,7 +49,7 @@ and jax_privacy's "largest column norm" of the tree strategy.
 :func:`tree_prefix_sum` charges ``1 / (2 c^2)`` at ``t = 1, 2, 4, 8, ...``,
 when a new level opens, so its accountant always holds the cost of what it
 released. Each node release is within total variation
-:func:`dpjax.noise.tv_slack` (``K tau`` for ``K`` coordinates) of the exact
+:func:`dpjax.mechanisms.noise.tv_slack` (``K tau`` for ``K`` coordinates) of the exact
 Gaussian mechanism; the slack of every node released in a step is charged
 with it (:func:`charge_levels`).
 
@@ -82,7 +82,7 @@ output and ``state.overflow`` set.
 
 Examples:
   >>> import jax.numpy as jnp
-  >>> from dpjax import tree_aggregation as ta
+  >>> from dpjax.mechanisms import tree_aggregation as ta
   >>> ta.prefix_nodes(7), ta.prefix_nodes(8)
   ([4, 6, 7], [8])
   >>> state = ta.tree_init(jnp.zeros(3), num_levels=4, key=0)
@@ -105,7 +105,7 @@ import optax
 from dpjax import _validate
 from dpjax import accounting
 from dpjax import _common
-from dpjax import noise
+from dpjax.mechanisms import noise
 
 __all__ = [
     "MODES",
@@ -158,7 +158,7 @@ def num_levels_for(steps: int) -> int:
   """``floor(log2 steps) + 1``: the levels a tree of ``steps`` leaves uses (``steps >= 1``).
 
   Examples:
-    >>> from dpjax import tree_aggregation as ta
+    >>> from dpjax.mechanisms import tree_aggregation as ta
     >>> ta.num_levels_for(1), ta.num_levels_for(7), ta.num_levels_for(8)
     (1, 3, 4)
   """
@@ -178,7 +178,7 @@ def prefix_nodes(t: int) -> list[int]:
   form ``{(t >> h) << h : bit h of t is 1}``.
 
   Examples:
-    >>> from dpjax import tree_aggregation as ta
+    >>> from dpjax.mechanisms import tree_aggregation as ta
     >>> ta.prefix_nodes(5), ta.prefix_nodes(6), ta.prefix_nodes(7)
     ([4, 5], [4, 6], [4, 6, 7])
   """
@@ -197,7 +197,7 @@ def tree_rho(noise_multiplier: float, steps: int) -> float:
   ``depth = floor(log2 steps) + 1`` (= dp-accounting's ``ceil(log2(steps + 1))``).
 
   Examples:
-    >>> from dpjax import tree_aggregation as ta
+    >>> from dpjax.mechanisms import tree_aggregation as ta
     >>> ta.tree_rho(2.0, 7), ta.tree_rho(2.0, 8)
     (0.375, 0.5)
   """
@@ -209,7 +209,7 @@ def noise_multiplier_for(rho: float, num_levels: int) -> float:
   """``c = sqrt(L / (2 rho))``: a full tree of ``L`` levels then costs exactly ``rho``.
 
   Examples:
-    >>> from dpjax import tree_aggregation as ta
+    >>> from dpjax.mechanisms import tree_aggregation as ta
     >>> ta.noise_multiplier_for(0.5, 4)
     2.0
   """
@@ -253,7 +253,7 @@ def prefix_noise_scale(*, steps: int, rho: Any, sensitivity: float, dim: int = 1
   be traced.
 
   Examples:
-    >>> from dpjax import tree_aggregation as ta
+    >>> from dpjax.mechanisms import tree_aggregation as ta
     >>> round(ta.prefix_noise_scale(steps=7, rho=1.5, sensitivity=2.0), 6)  # c = 1, L = 3
     3.464102
   """
@@ -324,7 +324,7 @@ def check_mode(mode: Any) -> str:
   if mode == "regenerate":
     raise ValueError(
         "mode='regenerate' was removed: it regenerated node noise from fold_in(key, node) to "
-        "keep O(d) memory, but a floating-point-safe release (dpjax.noise) rounds the node's "
+        "keep O(d) memory, but a floating-point-safe release (dpjax.mechanisms.noise) rounds the node's "
         "exact sum to a grid and needs that sum, which must then be stored; use "
         "mode='buffered' (O(d L) memory, the same privacy and variance).")
   return _validate.choice(mode, "mode", MODES)
@@ -386,7 +386,7 @@ def _node_sensitivity(sensitivity: Sensitivity, end: jax.Array, height: Any, dty
   """``D_i = max(Delta(a), Delta(b))``: the node's first leaf ``a = end - 2^h + 1`` and last ``b = end``.
 
   A constant sensitivity stays a Python float, so that the release is planned
-  on the host (:func:`dpjax.noise.plan`).
+  on the host (:func:`dpjax.mechanisms.noise.plan`).
   """
   if not callable(sensitivity):
     return sensitivity
@@ -435,7 +435,7 @@ def tree_step(state: TreeState, delta: Any, *, sensitivity: Sensitivity,
   The node of height ``h* = ctz(t)`` ending at ``t`` (buffered; honaker: every
   node of height ``0..h*`` ending at ``t``) gets its exact sum from ``delta``
   and the exact sums of the lower nodes it merges, and is released through
-  :func:`dpjax.noise.add_gaussian` with sensitivity ``D_i`` (the larger
+  :func:`dpjax.mechanisms.noise.add_gaussian` with sensitivity ``D_i`` (the larger
   ``sensitivity`` at its first and last leaf) and std ``noise_multiplier *
   D_i``, key ``fold_in(state.key, t)``. The output is the float sum of the
   released values of ``I_t``, most significant first: post-processing.
@@ -451,7 +451,7 @@ def tree_step(state: TreeState, delta: Any, *, sensitivity: Sensitivity,
       releases the exact sums (NOT private; for tests).
     mode: the mode the state was built with (:data:`MODES`; the two states look
       alike, so a mismatch cannot be detected).
-    exact: ``False`` releases with float noise (``dpjax.noise``'s opt-out):
+    exact: ``False`` releases with float noise (``dpjax.mechanisms.noise``'s opt-out):
       NOT private in floating point, for measuring what exactness costs.
 
   Returns:
@@ -549,7 +549,7 @@ def prefix_variance(state: TreeState) -> jax.Array:
 
   ``V_h`` is the nominal variance of level ``h``'s released value (``(c
   D_i)^2``; honaker: its estimate's). The std actually added by each release
-  is :func:`dpjax.noise.effective_std`, at most a hair larger (the rounding
+  is :func:`dpjax.mechanisms.noise.effective_std`, at most a hair larger (the rounding
   to the grid is paid for in noise: ``sigma (1 + sqrt(K) 2^e / D_i)`` for ``K``
   coordinates on the grid ``2^e``, parts in 10^6 to 10^4 for a gradient).
   """
@@ -564,7 +564,7 @@ def nodes_released(step_before: jax.Array, step_after: jax.Array, *,
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import tree_aggregation as ta
+    >>> from dpjax.mechanisms import tree_aggregation as ta
     >>> int(ta.nodes_released(jnp.int32(7), jnp.int32(8), mode="honaker"))  # heights 0..3 end at 8
     4
   """
@@ -588,7 +588,7 @@ def charge_levels(accountant: accounting.AccountantState, step_before: jax.Array
 
   After ``T`` steps the zCDP total is ``(floor(log2 T) + 1) rho_level``, the
   cost of the released prefix sums (module docstring). ``node_slack`` is
-  :func:`dpjax.noise.tv_slack` of one node (``K tau`` for ``K`` coordinates;
+  :func:`dpjax.mechanisms.noise.tv_slack` of one node (``K tau`` for ``K`` coordinates;
   0 for an opt-out or noise-free tree); the step's slack is that times
   :func:`nodes_released`, rounded up. A refused step (``step_after ==
   step_before``) charges nothing.
@@ -663,7 +663,7 @@ def tree_prefix_sum(
     disable_noise_for_testing: no noise (NOT private); the accountant is still
       charged (no TV slack). For tests only.
     unsafe_float_noise: releases the nodes with float noise
-      (``jax.random.normal``) instead of :mod:`dpjax.noise`'s exact sampler:
+      (``jax.random.normal``) instead of :mod:`dpjax.mechanisms.noise`'s exact sampler:
       NOT private in floating point (Mironov 2012); for benchmarks only.
       Issues :class:`dpjax.PrivacyLeakWarning`.
 
@@ -674,7 +674,8 @@ def tree_prefix_sum(
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import accounting, tree_aggregation as ta
+    >>> from dpjax import accounting
+    >>> from dpjax.mechanisms import tree_aggregation as ta
     >>> tx = ta.tree_prefix_sum(steps=8, rho=0.5, key=0)
     >>> state = tx.init(jnp.zeros(2))
     >>> for _ in range(5):

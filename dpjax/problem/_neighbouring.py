@@ -56,7 +56,7 @@ import math
 from typing import Any
 
 from dpjax import _validate
-from dpjax.minibatch import NEIGHBOURING
+from dpjax.problem.minibatch import NEIGHBOURING
 
 __all__ = ["NEIGHBOURING", "check", "psd_frobenius_factor", "vector_factor"]
 
@@ -69,7 +69,7 @@ def check(neighbouring: Any) -> str:
     ValueError: another string; the message lists :data:`NEIGHBOURING`.
 
   Examples:
-    >>> from dpjax import _neighbouring
+    >>> from dpjax.problem import _neighbouring
     >>> _neighbouring.check("replace-one")
     'replace-one'
   """
@@ -81,7 +81,7 @@ def vector_factor(neighbouring: Any) -> float:
   ``B / n`` (module docstring, lemma 1).
 
   Examples:
-    >>> from dpjax import _neighbouring
+    >>> from dpjax.problem import _neighbouring
     >>> _neighbouring.vector_factor("zero-out"), _neighbouring.vector_factor("replace-one")
     (1.0, 2.0)
   """
@@ -93,7 +93,7 @@ def psd_frobenius_factor(neighbouring: Any) -> float:
   matrices of Frobenius norm ``<= B``, over ``B / n`` (module docstring, lemma 2).
 
   Examples:
-    >>> from dpjax import _neighbouring
+    >>> from dpjax.problem import _neighbouring
     >>> round(_neighbouring.psd_frobenius_factor("replace-one") ** 2, 12)
     2.0
   """

@@ -73,7 +73,7 @@ def logistic_loss(w: jax.Array, x: jax.Array, y: jax.Array) -> jax.Array:
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import glm
+    >>> from dpjax.problem import glm
     >>> float(glm.logistic_loss(jnp.zeros(2), jnp.eye(2), jnp.array([1., -1.])))
     0.693147...
   """
@@ -91,7 +91,7 @@ def hessian_coefficient(z: jax.Array) -> jax.Array:
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import glm
+    >>> from dpjax.problem import glm
     >>> glm.hessian_coefficient(jnp.array([0.0, 1e4]))
     Array([0.25, 0.  ], dtype=float32)
   """
@@ -111,7 +111,7 @@ def qu_coefficient(z: jax.Array) -> jax.Array:
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import glm
+    >>> from dpjax.problem import glm
     >>> c = glm.qu_coefficient(jnp.array([0.0, 2.0, -2.0, 1e4]))
     >>> [round(float(v), 6) for v in c]
     [0.25, 0.190399, 0.190399, 5e-05]
@@ -306,7 +306,7 @@ def logistic_loss_and_grad(
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import glm
+    >>> from dpjax.problem import glm
     >>> loss, grad = glm.logistic_loss_and_grad(
     ...     jnp.zeros(2), jnp.eye(2), jnp.array([1., -1.]))
     >>> grad
@@ -468,7 +468,7 @@ def logistic_grad_and_curvature(
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import glm
+    >>> from dpjax.problem import glm
     >>> x = jnp.array([[0.6, 0.8], [1.0, 0.0]])
     >>> loss, grad, hess = glm.logistic_grad_and_curvature(
     ...     jnp.zeros(2), x, jnp.array([1., -1.]))

@@ -11,9 +11,9 @@ norm) and a public ridge ``mu`` (``regularization``). The objective is
 
 Privacy does not rest on the data contract: :func:`newton_step_inputs`
 clips every example's gradient to ``L0`` and Hessian to ``L1`` (through
-:func:`dpjax.per_example.mean_grad_and_hessian`), whatever the data. With
+:func:`dpjax.problem.per_example.mean_grad_and_hessian`), whatever the data. With
 ``n`` public, the relation is the ``neighbouring`` argument of
-:func:`dpjax.dp_newton` / :func:`dpjax.dp_gd` (:mod:`dpjax._neighbouring`):
+:func:`dpjax.dp_newton` / :func:`dpjax.dp_gd` (:mod:`dpjax.problem._neighbouring`):
 
 * ``"zero-out"`` (the default): one row becomes the null row, which
   contributes zero gradient and zero Hessian. For every loss here the null
@@ -29,7 +29,7 @@ clips every example's gradient to ``L0`` and Hessian to ``L1`` (through
 * ``"replace-one"``: one row becomes any other. Two clipped gradients differ
   by ``<= 2 L0`` (the gradient noise doubles); two clipped Hessians are PSD
   (each example's loss is convex in ``w``: ``phi'' >= 0`` for every loss
-  here, and clipping only scales), so by :mod:`dpjax._neighbouring` their
+  here, and clipping only scales), so by :mod:`dpjax.problem._neighbouring` their
   difference has operator norm ``<= L1`` and their traces differ by ``<=
   sqrt(d) L1``: Newton-add's direction sensitivity stays ``L1 / (n lam^2)``
   and the trace sensitivity ``sqrt(d) L1 / n``. A hand-built loss must be
@@ -81,7 +81,7 @@ float64 Newton to the exact ``w*``, for excess-loss reporting and tests).
 
 Examples:
   >>> import jax.numpy as jnp
-  >>> from dpjax import losses
+  >>> from dpjax.problem import losses
   >>> loss = losses.get_loss("pseudo_huber", delta=0.5)
   >>> loss.grad_norm_bound, loss.curvature_norm_bound, loss.curvature_structure
   (0.5, 1.0, 'general')
@@ -103,8 +103,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax import glm
-from dpjax import per_example
+from dpjax.problem import glm
+from dpjax.problem import per_example
 
 __all__ = [
     "LOSSES",
@@ -316,7 +316,7 @@ def get_loss(name: str, **params: Any) -> Loss:
       parameter, or a bad value.
 
   Examples:
-    >>> from dpjax import losses
+    >>> from dpjax.problem import losses
     >>> loss = losses.get_loss("poisson", radius=1.0, label_bound=5.0)
     >>> loss.grad_norm_bound, round(loss.curvature_norm_bound, 6)
     (5.0, 2.718282)
@@ -362,8 +362,8 @@ def get_loss(name: str, **params: Any) -> Loss:
 def _check_loss(loss: Any) -> Loss:
   if not isinstance(loss, Loss):
     raise TypeError(
-        f"loss must be a dpjax.losses.Loss, got {type(loss).__name__}; build one with "
-        "dpjax.losses.get_loss(name, ...)."
+        f"loss must be a dpjax.problem.losses.Loss, got {type(loss).__name__}; build one with "
+        "dpjax.problem.losses.get_loss(name, ...)."
     )
   if not callable(loss.example_loss):
     raise TypeError("loss.example_loss must be callable (params, (x, y)) -> scalar.")
@@ -411,7 +411,7 @@ def newton_step_inputs(
 
   Each example's gradient is clipped to ``loss.grad_norm_bound`` (L2) and
   its Hessian to ``loss.curvature_norm_bound`` (Frobenius) by
-  :func:`dpjax.per_example.mean_grad_and_hessian` (chunks of ``chunk_size``,
+  :func:`dpjax.problem.per_example.mean_grad_and_hessian` (chunks of ``chunk_size``,
   never ``n x d x d``); the means divide by the public ``n = len(y)``. Then
   ``mu w`` and ``mu I`` are added (public, unclipped). Feed ``grad`` and
   ``hessian`` to ``dp_newton(..., **newton_options(loss))`` as
@@ -442,7 +442,7 @@ def newton_step_inputs(
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import losses
+    >>> from dpjax.problem import losses
     >>> loss = losses.get_loss("l2_logistic", regularization=0.5)
     >>> x = jnp.array([[1.0, 0.0]]); y = jnp.array([1.0])
     >>> s = losses.newton_step_inputs(loss, jnp.array([0.0, 2.0]), x, y)
@@ -502,7 +502,7 @@ def newton_options(loss: Loss, modification: str = "add", curvature: str = "hess
     ValueError: clip with a non-logistic loss or a ridge.
 
   Examples:
-    >>> from dpjax import losses
+    >>> from dpjax.problem import losses
     >>> losses.newton_options(losses.get_loss("pseudo_huber"))["curvature_structure"]
     'general'
   """
@@ -529,7 +529,7 @@ def gd_options(loss: Loss) -> dict[str, Any]:
   ``F`` is ``(L1 + mu)``-smooth and ``1/beta`` is the classical step.
 
   Examples:
-    >>> from dpjax import losses
+    >>> from dpjax.problem import losses
     >>> losses.gd_options(losses.get_loss("logistic"))
     {'grad_norm_bound': 1.0, 'learning_rate': 4.0}
   """
@@ -543,7 +543,7 @@ def objective(loss: Loss, params: jax.Array, x: jax.Array, y: jax.Array) -> jax.
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import losses
+    >>> from dpjax.problem import losses
     >>> loss = losses.get_loss("logistic")
     >>> losses.objective(loss, jnp.zeros(2), jnp.ones((3, 2)) / 2, jnp.ones(3)).round(6)
     Array(0.693147, dtype=float32)
@@ -590,7 +590,7 @@ def optimum(
 
   Examples:
     >>> import numpy as np
-    >>> from dpjax import losses
+    >>> from dpjax.problem import losses
     >>> x = np.array([[1.0], [0.5]]); y = np.array([1.0, -1.0])
     >>> w, f = losses.optimum(losses.get_loss("logistic"), x, y)
     >>> bool(abs(np.mean(-y * x[:, 0] / (1 + np.exp(y * x[:, 0] * w[0])))) < 1e-12)
@@ -599,7 +599,7 @@ def optimum(
   loss = _check_loss(loss)
   if not isinstance(loss.example_loss, _GLMLoss):
     raise TypeError(
-        "optimum needs a registered loss (dpjax.losses.get_loss); a hand-built Loss has no "
+        "optimum needs a registered loss (dpjax.problem.losses.get_loss); a hand-built Loss has no "
         "host float64 formulas."
     )
   tol = _validate.positive_float(tol, "tol")

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from dpjax import _validate
-from dpjax.glm import logistic_loss
+from dpjax.problem.glm import logistic_loss
 
 __all__ = ["LogisticOptimum", "SEPARABLE_RIDGE", "logistic_optimum", "optimum_loss", "excess_loss"]
 
@@ -110,7 +110,7 @@ def logistic_optimum(
   """Exact minimiser of the mean logistic loss by a float64 Newton method.
 
   Minimises ``ell(w) = (1/n) sum_i log(1 + exp(-y_i <x_i, w>)) + (ridge/2)||w||^2``
-  (the objective of ``dpjax.glm.logistic_loss``, the one Ganesh et al. 2023
+  (the objective of ``dpjax.problem.glm.logistic_loss``, the one Ganesh et al. 2023
   measure in Sec. 6) on the host, in float64, with a stable softplus.
 
   * Singular Hessians (zero or duplicate columns, ``d > n``): each Newton step
@@ -157,7 +157,7 @@ def logistic_optimum(
 
   Examples:
     >>> import numpy as np
-    >>> from dpjax import solve
+    >>> from dpjax.problem import solve
     >>> x = np.array([[1., 1.], [1., -1.], [1., 0.5], [1., -0.5]])
     >>> y = np.array([1., 1., -1., 1.])
     >>> w_star, loss_star = solve.logistic_optimum(x, y)
@@ -294,7 +294,7 @@ def excess_loss(w: jax.Array, x: jax.Array, y: jax.Array, loss_star: Any) -> jax
 
   Examples:
     >>> import numpy as np
-    >>> from dpjax import solve
+    >>> from dpjax.problem import solve
     >>> x = np.array([[1., 1.], [1., -1.], [1., 0.5]])
     >>> y = np.array([1., 1., -1.])
     >>> w_star, loss_star = solve.logistic_optimum(x, y)
@@ -350,7 +350,8 @@ def optimum_loss(x: Any, y: Any) -> tuple[float, float]:
     ``(loss_star, ridge)`` as Python floats.
 
   Examples:
-    >>> from dpjax import data, solve
+    >>> from dpjax import data
+    >>> from dpjax.problem import solve
     >>> x, y = data.synthetic(0, n=200, d=3)
     >>> loss_star, ridge = solve.optimum_loss(x, y)
     >>> round(loss_star, 6), ridge

@@ -96,7 +96,7 @@ def binomial_tail(m: int, q: float, c: int) -> float:
     The tail bound as a float in [0, 1].
 
   Examples:
-    >>> from dpjax import sampling
+    >>> from dpjax.mechanisms import sampling
     >>> round(sampling.binomial_tail(10, 0.5, 7), 12)  # (1 + 10 + 45) / 1024
     0.0546875
   """
@@ -190,7 +190,7 @@ def poisson_sampler(
       and ``batch_size``.
 
   Examples:
-    >>> from dpjax import sampling
+    >>> from dpjax.mechanisms import sampling
     >>> s = sampling.poisson_sampler(10_000, batch_size=100)
     >>> s.sampling_rate, s.cap, s.expected_size, s.overflow_prob <= 1e-15
     (0.01, 189, 100.0, True)
@@ -258,7 +258,7 @@ def sample(sampler: PoissonSampler, key: Any) -> tuple[jax.Array, jax.Array]:
 
   Examples:
     >>> import jax
-    >>> from dpjax import sampling
+    >>> from dpjax.mechanisms import sampling
     >>> s = sampling.poisson_sampler(1000, sampling_rate=0.01)
     >>> idx, mask = jax.jit(lambda k: sampling.sample(s, k))(jax.random.key(0))
     >>> idx.shape, mask.dtype, bool((idx[~mask] == 0).all())

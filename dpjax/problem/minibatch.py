@@ -26,7 +26,7 @@ Two paths:
 
 Examples:
   >>> import jax.numpy as jnp
-  >>> from dpjax import minibatch
+  >>> from dpjax.problem import minibatch
   >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]]); y = jnp.array([1.0, -1.0])
   >>> minibatch.clipped_sum(jnp.zeros(2), (x, y), bound=0.1, loss="logistic").tolist()
   [-0.10000000149011612, 0.10000000149011612]
@@ -61,7 +61,7 @@ def sensitivity_factor(neighbouring: str) -> float:
   """1 for ``"zero-out"``, 2 for ``"replace-one"``: the L2 sensitivity of a clipped sum over C.
 
   Examples:
-    >>> from dpjax import minibatch
+    >>> from dpjax.problem import minibatch
     >>> minibatch.sensitivity_factor("zero-out"), minibatch.sensitivity_factor("replace-one")
     (1.0, 2.0)
   """
@@ -157,7 +157,7 @@ def clipped_sum(params: Any, batch: Any, *, bound: Any, loss: str | None = None,
     mask: optional ``[b]`` bool (or 0/1) array; may be traced. An example
       whose entry is False/0 contributes exactly 0 (selected out with
       ``where``, so even a NaN or inf in its row cannot leak), e.g. the padded
-      slots of a capped Poisson sample (:func:`dpjax.sampling.sample`).
+      slots of a capped Poisson sample (:func:`dpjax.mechanisms.sampling.sample`).
       Default: every example is included.
 
   Returns:
@@ -165,7 +165,7 @@ def clipped_sum(params: Any, batch: Any, *, bound: Any, loss: str | None = None,
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import minibatch
+    >>> from dpjax.problem import minibatch
     >>> x = jnp.array([[1.0, 0.0], [0.0, 1.0]]); y = jnp.array([1.0, -1.0])
     >>> mask = jnp.array([True, False])
     >>> minibatch.clipped_sum(jnp.zeros(2), (x, y), bound=0.1, loss="logistic", mask=mask).tolist()

@@ -1,13 +1,13 @@
 """Generic per-example gradients and Hessians, chunked, with optional clipping.
 
-The GLM path (:mod:`dpjax.glm`) uses the closed form ``c(z) x x^T``; this
+The GLM path (:mod:`dpjax.problem.glm`) uses the closed form ``c(z) x x^T``; this
 module serves any twice-differentiable per-example loss, as needed for the
 general convex losses of Ganesh et al. (NeurIPS 2023, arXiv:2305.13209),
 Remark 5.5: each
 example's gradient is clipped to L2 norm ``<= grad_norm_bound`` and each
 example's Hessian to norm ``<= curvature_norm_bound`` (scaling by
 ``min(1, bound / norm)``). With n public, replacing one example by the null
-example (zero-out, :mod:`dpjax._neighbouring`) then moves the mean gradient
+example (zero-out, :mod:`dpjax.problem._neighbouring`) then moves the mean gradient
 by at most ``grad_norm_bound / n`` in L2 and the mean Hessian by at most
 ``curvature_norm_bound / n`` in the chosen norm (Frobenius, or spectral with
 ``curvature_norm="spectral"``); replacing it by any other example moves the
@@ -96,7 +96,7 @@ def clip_by_norm(
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import per_example
+    >>> from dpjax.problem import per_example
     >>> per_example.clip_by_norm(jnp.array([3.0, 4.0]), 1.0)
     (Array([0.6, 0.8], dtype=float32), Array(True, dtype=bool))
   """
@@ -151,7 +151,7 @@ def mean_grad_and_hessian(
   ``loss_fn(params, example)`` returns the scalar loss of ONE example, where
   ``example`` is ``batch`` with the leading axis (n) indexed away. The means
   divide by the public constant n (the neighbouring relations of
-  :mod:`dpjax._neighbouring` keep n fixed). Examples are processed ``chunk_size`` at a time in a
+  :mod:`dpjax.problem._neighbouring` keep n fixed). Examples are processed ``chunk_size`` at a time in a
   ``lax.scan``; when ``chunk_size`` does not divide n the last chunk is padded
   with copies of the last example and masked out, so results do not depend on
   ``chunk_size`` beyond float rounding.
@@ -183,7 +183,7 @@ def mean_grad_and_hessian(
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import per_example
+    >>> from dpjax.problem import per_example
     >>> def sq(w, ex):
     ...   return 0.5 * (ex["x"] @ w - ex["y"]) ** 2
     >>> batch = {"x": jnp.array([[1., 0.], [0., 2.]]), "y": jnp.array([1., 0.])}

@@ -106,7 +106,7 @@ def modify_eigenvalues(h: jax.Array, lam: jax.typing.ArrayLike, mode: str = "cli
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import spectral
+    >>> from dpjax.problem import spectral
     >>> h = jnp.diag(jnp.array([2.0, 0.01]))
     >>> spectral.modify_eigenvalues(h, 0.1, "clip").diagonal()
     Array([2. , 0.1], dtype=float32)
@@ -147,7 +147,7 @@ def modified_solve(
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import spectral
+    >>> from dpjax.problem import spectral
     >>> h = jnp.diag(jnp.array([2.0, 0.0]))
     >>> spectral.modified_solve(h, jnp.array([2.0, 1.0]), 0.5, "clip")
     Array([1., 2.], dtype=float32)

@@ -116,7 +116,7 @@ issues :class:`dpjax.PrivacyLeakWarning`, and results made with it say
 
 Examples:
   >>> import jax, jax.numpy as jnp
-  >>> from dpjax import noise
+  >>> from dpjax.mechanisms import noise
   >>> g = jnp.zeros(3)
   >>> out = noise.add_gaussian(jax.random.key(0), g, sensitivity=1e-3, noise_std=0.02)
   >>> out.shape, out.dtype
@@ -220,7 +220,7 @@ def table() -> Table:
   mass beyond 12 std (bounded by a geometric series).
 
   Examples:
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> t = noise.table()
     >>> t.rows.shape, sum(t.weights) == 2 ** 110, t.tv < 1e-29
     ((16384, 4), True, True)
@@ -281,7 +281,7 @@ def tv_per_coordinate() -> float:
   (``S_MIN``), with the 11.5-std tails of both.
 
   Examples:
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> 0 < noise.tv_per_coordinate() < 2e-28
     True
   """
@@ -384,7 +384,7 @@ def plan(noise_std: float, sensitivity: float, size: int) -> Plan:
       ``noise_std`` is outside ``[2^-90, 2^90]``.
 
   Examples:
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> p = noise.plan(0.02, 1e-3, 3)
     >>> p.exponent, 0.02 <= p.std < 0.02 * 1.0001
     (-31, True)
@@ -443,7 +443,7 @@ def integer_noise(key: jax.Array, shape: tuple[int, ...], l1: Any, l2: Any) -> j
 
   Examples:
     >>> import jax
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> r = noise.integer_noise(jax.random.key(0), (4,), 2, 3)
     >>> r.dtype, r.shape
     (dtype('int32'), (4,))
@@ -462,7 +462,7 @@ def draw_atoms(key: jax.Array, size: int) -> jax.Array:
 
   Examples:
     >>> import jax
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> noise.draw_atoms(jax.random.key(0), 5).shape
     (3, 5)
   """
@@ -552,7 +552,7 @@ def broken_noise_for_audit(factor: float) -> Iterator[None]:
 
   Examples:
     >>> import jax, jax.numpy as jnp
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> with noise.broken_noise_for_audit(0.5):
     ...   half = noise.add_gaussian(jax.random.key(0), jnp.zeros(2000), sensitivity=1.0, noise_std=1.0)
     >>> 0.45 < float(half.std()) < 0.55
@@ -576,7 +576,7 @@ def audit_scale() -> float:
   return _AUDIT_SCALE[0]
 
 
-compiled.add_trace_setting("dpjax.noise.audit_scale", audit_scale)
+compiled.add_trace_setting("dpjax.mechanisms.noise.audit_scale", audit_scale)
 
 
 def _leaves(value: Any) -> tuple[list, Any]:
@@ -646,7 +646,7 @@ def add_gaussian(
 
   Examples:
     >>> import jax, jax.numpy as jnp
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> g = {"w": jnp.ones(3), "b": jnp.zeros(())}
     >>> out = noise.add_gaussian(jax.random.key(1), g, sensitivity=0.01, noise_std=0.5)
     >>> sorted(out), out["w"].shape
@@ -707,7 +707,7 @@ def add_gaussian_symmetric(
 
   Examples:
     >>> import jax, jax.numpy as jnp
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> a = noise.add_gaussian_symmetric(jax.random.key(0), jnp.eye(3), sensitivity=0.1, noise_std=1.0)
     >>> bool((a == a.T).all())
     True
@@ -727,7 +727,7 @@ def tv_slack(value: Any) -> float:
 
   Examples:
     >>> import jax.numpy as jnp
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> noise.tv_slack(jnp.zeros((10, 10))) == 100 * noise.tv_per_coordinate()
     True
   """
@@ -761,7 +761,7 @@ def perturbation_vector(key: jax.Array, d: int, std: float) -> np.ndarray:
 
   Examples:
     >>> import jax
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> noise.perturbation_vector(jax.random.key(0), 3, 1.0).dtype
     dtype('float64')
   """
@@ -779,7 +779,7 @@ def random_direction(key: jax.Array, d: int, dtype: Any = jnp.float32) -> jax.Ar
 
   Examples:
     >>> import jax
-    >>> from dpjax import noise
+    >>> from dpjax.mechanisms import noise
     >>> round(float(jax.numpy.linalg.norm(noise.random_direction(jax.random.key(0), 5))), 5)
     1.0
   """

@@ -15,7 +15,7 @@ Two layers guard a privacy budget:
   returns as if it had succeeded.
 
 Examples:
-  >>> from dpjax import budget
+  >>> from dpjax.mechanisms import budget
   >>> budget.check_plan(0.5, 1.0)  # within the cap: nothing happens
   >>> try:
   ...   budget.check_plan(2.0, 1.0)
