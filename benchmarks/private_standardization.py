@@ -34,7 +34,7 @@ makes the repeated compilations cheap, which changes no result; called
 in-process, as the tests do, it leaves JAX's cache alone, since JAX keeps
 its cache folder for the life of the process). The excess loss over
 each pipeline's own optimum is not comparable across pipelines (different
-features) and is not computed: ``dpjax.training.optimum_loss`` is replaced by
+features) and is not computed: ``dpjax.problem.solve.optimum_loss`` is replaced by
 a stub returning 0 for this script only, so ``excess_losses`` are the
 training losses.
 
@@ -63,8 +63,8 @@ import jax  # noqa: E402
 
 import dpjax  # noqa: E402
 from dpjax import data as data_lib  # noqa: E402
-from dpjax import training  # noqa: E402
 from dpjax.mechanisms import standardize  # noqa: E402
+from dpjax.problem import solve  # noqa: E402
 
 STEM = "private_standardization"
 DATASETS = ("a1a.t", "a9a")
@@ -227,15 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     return 2
   info = _harness.machine_info()
   t_start = time.perf_counter()
-  real_optimum = training.optimum_loss
-  training.optimum_loss = lambda x, y: (0.0, 0.0)  # see the module docstring
+  real_optimum = solve.optimum_loss
+  solve.optimum_loss = lambda x, y: (0.0, 0.0)  # see the module docstring
   bar = _harness.ProgressBar(len(datasets) * len(epsilons) * len(algorithms) * len(VARIANTS),
                              "private standardization")
   try:
     results = [run_dataset(name, args, epsilons, algorithms, runs, bar) for name in datasets]
   finally:
     bar.close()
-    training.optimum_loss = real_optimum
+    solve.optimum_loss = real_optimum
   payload = {"machine": info, "quick": bool(args.quick), "runs": runs, "bounds": list(BOUNDS),
              "budget_share": BUDGET_SHARE, "split_seed": SPLIT_SEED,
              "algorithms": {a: ALGORITHMS[a] for a in algorithms}, "epsilons": list(epsilons),

@@ -44,12 +44,11 @@ Modules, by layer (imports only point down):
 * :mod:`dpjax.baselines`: the paper's baselines (AOP, damped Newton,
   DP-GD-Oracle), each stating whether it is private;
 * :mod:`dpjax.training`: :func:`fit`, a whole private run compiled into one
-  ``lax.scan``, vmapped over repeats;
-* :mod:`dpjax.streaming`: single-pass streaming fits (DP online-to-batch and
-  its baselines) behind :func:`fit`;
-* :mod:`dpjax.drivers`: the compiled runs behind :func:`fit` for the
-  Poisson-minibatch methods, cubic Newton, the general losses and the
-  baselines;
+  ``lax.scan``, vmapped over repeats: the registry of algorithms, the
+  full-batch loop, the Poisson-minibatch, cubic-Newton, general-loss and
+  baseline drivers, the single-pass streaming runs (DP online-to-batch and
+  its baselines), the public-quantity chooser ``"auto"`` and the one result
+  type;
 * :mod:`dpjax.checkpoint`: any optimizer state or params pytree saved to one
   ``.npz`` and restored bitwise (keys and accountant included), for resuming;
 * :mod:`dpjax.audit`: empirical privacy audits of the mechanisms, with
@@ -59,7 +58,8 @@ Deprecated module paths: the old flat paths ``dpjax.glm``, ``dpjax.losses``,
 ``dpjax.per_example``, ``dpjax.spectral``, ``dpjax.solve``,
 ``dpjax.minibatch`` (now under :mod:`dpjax.problem`) and ``dpjax.noise``,
 ``dpjax.sampling``, ``dpjax.tree_aggregation``, ``dpjax.budget``,
-``dpjax.standardize`` (now under :mod:`dpjax.mechanisms`) still import, as the
+``dpjax.standardize`` (now under :mod:`dpjax.mechanisms`) and ``dpjax.drivers``,
+``dpjax.streaming``, ``dpjax.auto`` (now under :mod:`dpjax.training`) still import, as the
 same module objects, with a :class:`DeprecationWarning`
 (:mod:`dpjax._deprecations`).
 """
@@ -72,12 +72,10 @@ from dpjax import accounting  # noqa: E402
 from dpjax import baselines  # noqa: E402
 from dpjax import checkpoint  # noqa: E402
 from dpjax import data  # noqa: E402
-from dpjax import drivers  # noqa: E402
 from dpjax import leaks  # noqa: E402
 from dpjax import mechanisms  # noqa: E402
 from dpjax import online  # noqa: E402
 from dpjax import problem  # noqa: E402
-from dpjax import streaming  # noqa: E402
 from dpjax import training  # noqa: E402
 from dpjax import transforms  # noqa: E402
 from dpjax import audit  # noqa: E402  (last: its mechanisms use the modules above)
@@ -123,7 +121,6 @@ __all__ = [
     "checkpoint",
     "cubic_newton",
     "data",
-    "drivers",
     "dp_gd",
     "dp_newton",
     "dp_newton_minibatch",
@@ -137,7 +134,6 @@ __all__ = [
     "online",
     "online_to_batch",
     "problem",
-    "streaming",
     "synthetic",
     "tail_average",
     "training",

@@ -48,6 +48,9 @@ OLD_MODULES: dict[str, str] = {
     "dpjax.tree_aggregation": "dpjax.mechanisms.tree_aggregation",
     "dpjax.budget": "dpjax.mechanisms.budget",
     "dpjax.standardize": "dpjax.mechanisms.standardize",
+    "dpjax.drivers": "dpjax.training.drivers",
+    "dpjax.streaming": "dpjax.training.streaming",
+    "dpjax.auto": "dpjax.training.auto",
 }
 
 _PACKAGE = "dpjax"

@@ -349,7 +349,7 @@ def _demo(args: argparse.Namespace) -> int:
       "Newton 8 steps, adaptive private lambda): tuning T on the results of private runs would "
       "itself leak privacy. These T suit eps ~ 1; at eps = 0.1 fewer steps would do better (the "
       "per-step noise grows with sqrt(T)). 'auto' picks the method and T from n, d and eps only "
-      "(dpjax.auto), so it needs no tuning at all.\n"
+      "(dpjax.training.auto), so it needs no tuning at all.\n"
   )
   header = ["algorithm", "T"] + [
       f"eps={e:g} (rho={results[fit_lib.ALGORITHMS[0], e].rho:.3g})" for e in epsilons
@@ -385,9 +385,8 @@ def _positive_int(text: str) -> int:
 
 def _build_parser() -> argparse.ArgumentParser:
   from dpjax import accounting
-  from dpjax.training import (ALGORITHMS, AUTO, AVERAGES, DRIVER_ALGORITHMS, INITS,
-                              STREAMING_ALGORITHMS)
-  from dpjax.streaming import LOSSES
+  from dpjax.training import AVERAGES, INITS, STREAMING_ALGORITHMS, registry
+  from dpjax.training.streaming import LOSSES
   from dpjax.problem.losses import LOSSES as GENERAL_LOSSES
   from dpjax.problem.minibatch import NEIGHBOURING
 
@@ -416,11 +415,11 @@ def _build_parser() -> argparse.ArgumentParser:
   fit.add_argument("--standardize-share", type=float, default=None, dest="standardize_share",
                    help="--standardize: the share of the budget it spends (default 0.1)")
   fit.add_argument("--algorithm", required=True,
-                   choices=ALGORITHMS + STREAMING_ALGORITHMS + DRIVER_ALGORITHMS + (AUTO,),
+                   choices=registry.NAMES,
                    help="the method; 'auto' chooses a full-batch one and its steps and options "
-                        "from n, d and the budget only (dpjax.auto; no tuning on the data); "
+                        "from n, d and the budget only (dpjax.training.auto; no tuning on the data); "
                         f"{', '.join(STREAMING_ALGORITHMS)} make one pass in minibatches of "
-                        "--batch-size (dpjax.streaming); dp-sgd and newton-minibatch sample "
+                        "--batch-size (dpjax.training.streaming); dp-sgd and newton-minibatch sample "
                         "Poisson batches of expected size --batch-size; damped-newton and "
                         "dp-gd-oracle are NOT private (baselines, dpjax.baselines)")
   budget = fit.add_mutually_exclusive_group(required=True)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import dpjax
-from dpjax import accounting, data, drivers, training
+from dpjax import accounting, data, training
+from dpjax.training import drivers
 from dpjax.mechanisms import budget
 from dpjax.transforms import dp_gd
 
@@ -25,9 +26,9 @@ def _no_compile(monkeypatch):
   """Makes any compiled run fail loudly, to prove a refusal happens before compiling."""
   def boom(*args, **kwargs):
     raise AssertionError("compiled although the plan was over budget")
-  monkeypatch.setattr(training, "_execute", boom)
+  monkeypatch.setattr(training.loop, "execute", boom)
   monkeypatch.setattr(drivers, "run", boom)
-  monkeypatch.setattr(training, "_fit_stream", boom)
+  monkeypatch.setattr(training.api, "_fit_stream", boom)
 
 
 @pytest.mark.parametrize("algorithm, kwargs", [
@@ -59,7 +60,7 @@ def test_in_graph_refusal_becomes_an_error(monkeypatch, algorithm):
 
   def short(name, **kwargs):  # one step less than the plan: the last step is refused in-graph
     return make(name, **{**kwargs, "steps": kwargs["steps"] - 1})
-  monkeypatch.setattr(training, "make_transform", short)
+  monkeypatch.setattr(training.registry, "make_transform", short)
   with pytest.raises(budget.BudgetExceededError, match=r"refused a step.*repeats \[0, 1\]"):
     dpjax.fit(DS, algorithm, epsilon=1.0, steps=3, repeats=2)
 
@@ -69,7 +70,7 @@ def test_overspending_accountant_becomes_an_error(monkeypatch):
 
   def greedy(name, **kwargs):  # charges 1.5x the run's rho
     return make(name, **{**kwargs, "rho": kwargs["rho"] * 1.5})
-  monkeypatch.setattr(training, "make_transform", greedy)
+  monkeypatch.setattr(training.registry, "make_transform", greedy)
   with pytest.raises(budget.BudgetExceededError, match="accountant reports epsilon=.*above"):
     dpjax.fit(DS, "dp-gd", epsilon=1.0, steps=3)
 

@@ -59,9 +59,10 @@ def _check_one_warning(record, old):
 
 
 def test_the_table_covers_the_moved_modules():
-  assert len(OLD_MODULES) == 12
+  assert len(OLD_MODULES) == 15
   for old, new in OLD_MODULES.items():
-    assert old.count(".") == 1 and new.startswith(("dpjax.problem.", "dpjax.mechanisms."))
+    assert old.count(".") == 1 and new.startswith(("dpjax.problem.", "dpjax.mechanisms.",
+                                                   "dpjax.training."))
     assert _short(new) == _short(old)
 
 
@@ -70,7 +71,7 @@ def test_new_paths_import_without_warning():
   for new in sorted(OLD_MODULES.values()):
     package, _, name = new.rpartition(".")
     lines += [f"import {new}", f"from {package} import {name}"]
-  lines += ["import dpjax", "from dpjax import problem, mechanisms", "dpjax.problem.glm, dpjax.mechanisms.noise"]
+  lines += ["import dpjax", "from dpjax import problem, mechanisms", "dpjax.problem.glm, dpjax.mechanisms.noise, dpjax.training.drivers"]
   subprocess.run([sys.executable, "-c", "\n".join(lines)], check=True)
 
 

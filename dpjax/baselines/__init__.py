@@ -53,7 +53,8 @@ name of its function, which this package exports in its place
 """
 
 from dpjax.baselines._damped_newton_core import DampedNewtonState, damped_newton_noise
-from dpjax.baselines._run import BASELINES, GUARD_RADIUS, PRIVATE, BaselineResult, run_baseline
+from dpjax.baselines._run import (AOP_OPTIONS, BASELINES, FACTORIES, GUARD_RADIUS, PRIVATE,
+                                  BaselineResult, run_baseline)
 from dpjax.baselines.aop import (
     AOPCalibration,
     _accelerated_backstop,
@@ -66,7 +67,9 @@ from dpjax.baselines.damped_newton_private import damped_newton_private
 from dpjax.baselines.dp_gd_oracle import DPGDOracleState, dp_gd_oracle
 
 __all__ = [
+    "AOP_OPTIONS",
     "BASELINES",
+    "FACTORIES",
     "GUARD_RADIUS",
     "AOPCalibration",
     "BaselineResult",

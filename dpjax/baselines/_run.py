@@ -31,9 +31,11 @@ from dpjax.baselines.damped_newton import damped_newton
 from dpjax.baselines.damped_newton_private import damped_newton_private
 from dpjax.baselines.dp_gd_oracle import dp_gd_oracle
 
-__all__ = ["BASELINES", "GUARD_RADIUS", "PRIVATE", "BaselineResult", "run_baseline"]
+__all__ = ["AOP_OPTIONS", "BASELINES", "FACTORIES", "GUARD_RADIUS", "PRIVATE", "BaselineResult", "run_baseline"]
 
 BASELINES = ("aop", "damped-newton", "damped-newton-private", "dp-gd-oracle")
+# The options AOP takes (its calibration's splits and the minimiser's iterations).
+AOP_OPTIONS = ("eps_frac", "eps_out_frac", "gamma", "max_iter")
 PRIVATE = {"aop": True, "damped-newton": False, "damped-newton-private": True,
            "dp-gd-oracle": False}
 
@@ -83,7 +85,7 @@ _WHY = {
                              "mechanisms); the step size is post-processing or public.",
     "dp-gd-oracle": "NOT private: the step size is a line search on the true loss.",
 }
-_FACTORIES = {"damped-newton": damped_newton, "damped-newton-private": damped_newton_private,
+FACTORIES = {"damped-newton": damped_newton, "damped-newton-private": damped_newton_private,
               "dp-gd-oracle": dp_gd_oracle}
 
 
@@ -103,7 +105,7 @@ def _keys(key: Any) -> tuple[jax.Array, bool]:
 def _compiled_run(name: str, kwargs: tuple, steps: int, guard_radius: float):
   """``jit(vmap(one_run))`` over keys for one configuration (cached: repeated calls,
   e.g. over seeds or in a benchmark, compile once per data shape)."""
-  factory = _FACTORIES[name]
+  factory = FACTORIES[name]
   kwargs = dict(kwargs)
   newton = name != "dp-gd-oracle"
 
@@ -212,7 +214,7 @@ def run_baseline(
                        "(converted to epsilon at delta).")
     if epsilon is None:
       epsilon = accounting.zcdp_to_epsilon(_validate.positive_float(rho, "rho"), delta, method)
-    allowed = {"eps_frac", "eps_out_frac", "gamma", "max_iter"}
+    allowed = set(AOP_OPTIONS)
     unknown = sorted(set(options) - allowed)
     if unknown:
       raise TypeError(f"unknown option(s) {unknown} for 'aop'; it takes {sorted(allowed)}.")
@@ -235,7 +237,7 @@ def run_baseline(
   _common.check_host_float(np.asarray(jax.device_get(x)), "x")  # never rounded silently
   rho, epsilon, delta = accounting.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
                                                   method=method)
-  factory = _FACTORIES[name]
+  factory = FACTORIES[name]
   for reserved in ("n", "rho", "steps", "rho_per_step", "key", "row_norm_bound"):
     if reserved in options:
       raise TypeError(f"{reserved} is set by run_baseline; remove it from the options.")

@@ -30,7 +30,7 @@ import scipy.sparse
 from dpjax.problem import _neighbouring
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
-from dpjax import auto as auto_lib
+from dpjax.training import auto as auto_lib
 from dpjax.mechanisms import budget as budget_lib
 from dpjax import data as data_lib
 from dpjax import leaks
@@ -87,7 +87,7 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
   """Differentially private logistic regression (binary, or one-vs-rest).
 
   Trains with a full-batch private optimizer of dpjax (by default
-  ``algorithm="auto"``, :func:`dpjax.auto.choose`: the method, its steps and
+  ``algorithm="auto"``, :func:`dpjax.training.auto.choose`: the method, its steps and
   options from ``n``, ``d`` and the budget only). The fit is
   (``epsilon``, ``delta``)-DP with respect to replacing one row of ``(X, y)``
   by a null row (``neighbouring="zero-out"``, the default: ``n`` is public) or
@@ -359,8 +359,8 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
       options, reason = dict(choice.options), choice.reason
     else:
       algorithm, steps, options, reason = self.algorithm, int(self.steps), {}, ""
-      average = training._DEFAULT_AVERAGE.get(algorithm, "none")  # as dpjax.fit
-    options = training._relation_options(algorithm, self.neighbouring, options)
+      average = training.registry.DEFAULT_AVERAGE.get(algorithm, "none")  # as dpjax.fit
+    options = training.registry.relation_options(algorithm, self.neighbouring, options)
 
     # Everything is checked on the host: charge the accountant (or refuse)
     # before anything is traced, compiled or run.

@@ -188,7 +188,7 @@ def precond_noise(*, n: int, budget: PrecondBudget, grad_norm_bound: float = 1.0
   and ``f_g = 2, f_H = sqrt(2)`` under replace-one; each Gaussian std is
   ``accounting.gaussian_sigma(sensitivity, rho)`` at the budget of one step or
   one release (:func:`precond_budget`). Defaults that need the release's
-  noise (the eigenvalue floor of :mod:`dpjax.auto`) ask here.
+  noise (the eigenvalue floor of :mod:`dpjax.training.auto`) ask here.
 
   Examples:
     >>> from dpjax.transforms import precond_budget, precond_noise
@@ -339,7 +339,7 @@ def dp_precond_gd(
     d: optional dimension; if given, ``params`` and the gradient must have
       shape ``(d,)`` (otherwise ``d`` is read from them).
     curvature_frac: share of ``rho`` spent on curvature releases, in (0, 1);
-      0.03 is the default of :mod:`dpjax.auto`.
+      0.03 is the default of :mod:`dpjax.training.auto`.
     kappa: eigen-clip floor multiplier, > 0 (3; 6 at large epsilon).
     learning_rate: step size eta > 0 (1: a Newton-like step on ``P``).
     grad_norm_bound: L0, the bound on each example's gradient norm (1).

@@ -118,7 +118,7 @@ def precond_crossover_d(n: int, rho: float, *, kappa: float = KAPPA,
   equals ``L1`` exactly at ``d = d*`` (``L1`` cancels), for any loss.
 
   Examples:
-    >>> from dpjax import auto
+    >>> from dpjax.training import auto
     >>> round(auto.precond_crossover_d(30956, 0.0166))  # a1a.t at eps = 1
     13256
   """
@@ -142,7 +142,7 @@ def precond_steps(n: int, d: int, rho: float) -> int:
   m = 640 the rule is an extrapolation.
 
   Examples:
-    >>> from dpjax import auto
+    >>> from dpjax.training import auto
     >>> auto.precond_steps(30956, 124, 0.0166)  # a1a.t at eps = 1
     320
   """
@@ -164,7 +164,7 @@ def dp_gd_steps(n: int, d: int, rho: float) -> int:
   which is the regime these cells cover.
 
   Examples:
-    >>> from dpjax import auto
+    >>> from dpjax.training import auto
     >>> auto.dp_gd_steps(10000, 100, 0.000237)  # synthetic at eps = 0.1
     50
   """
@@ -201,7 +201,7 @@ def choose(
     ValueError, TypeError: a bad or missing argument, or an unsupported loss.
 
   Examples:
-    >>> from dpjax import auto
+    >>> from dpjax.training import auto
     >>> c = auto.choose(n=30956, d=124, epsilon=1.0)
     >>> c.algorithm, c.steps, c.average, c.options["kappa"]
     ('precond-gd', 320, 'last-half', 6.0)

@@ -2,7 +2,7 @@
 
 :func:`dpjax.fit` runs the full-batch logistic algorithms itself
 (:mod:`dpjax.training`) and the single-pass ones through
-:mod:`dpjax.streaming`; this module runs the others, each as one ``jax.jit``
+:mod:`dpjax.training.streaming`; this module runs the others, each as one ``jax.jit``
 of a ``jax.vmap`` over repeats of a ``lax.scan`` over the steps:
 
 * :data:`POISSON_ALGORITHMS`: ``"dp-sgd"`` (:func:`dpjax.transforms.dp_sgd`,
@@ -64,7 +64,7 @@ from dpjax import baselines
 from dpjax import data as data_lib
 from dpjax.problem import glm
 from dpjax.problem import losses as losses_lib
-from dpjax import streaming
+from dpjax.training import streaming
 from dpjax import transforms
 from dpjax.transforms import averaging
 
@@ -89,12 +89,12 @@ GENERAL_LOSS_ALGORITHMS = ("dp-gd", "hess-add", "qu-add")
 # Baselines whose step size reads the data without noise (diagnostics only).
 NON_PRIVATE = ("damped-newton", "dp-gd-oracle")
 
-_POISSON_OPTIONS = {
+POISSON_OPTIONS = {
     "dp-sgd": ("clip_norm", "learning_rate", "overflow_prob"),
     "newton-minibatch": ("min_eigenvalue", "modification", "curvature", "noise_ratio_hess",
                          "overflow_prob"),
 }
-_CUBIC_OPTIONS = ("mu", "radius", "max_inner_steps", "neighbouring")
+CUBIC_OPTIONS = ("mu", "radius", "max_inner_steps", "neighbouring")
 DEFAULT_CUBIC_RADIUS = 10.0
 
 
@@ -241,7 +241,8 @@ def ball_optimum(x: Any, y: Any, *, mu: float, radius: float) -> tuple[np.ndarra
 
   Examples:
     >>> import numpy as np
-    >>> from dpjax import data, drivers
+    >>> from dpjax import data
+    >>> from dpjax.training import drivers
     >>> x, y = data.synthetic(0, n=500, d=3)
     >>> w, f = drivers.ball_optimum(x, y, mu=1e-3, radius=0.5)
     >>> round(float(np.linalg.norm(w)), 9)
@@ -279,7 +280,7 @@ def ball_optimum(x: Any, y: Any, *, mu: float, radius: float) -> tuple[np.ndarra
 def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting,
              timing_runs, average, batch_size, curvature_batch_size, guard_radius, options,
              optimum, placement=None) -> Run:
-  _check_options(algorithm, options, _POISSON_OPTIONS[algorithm])
+  _check_options(algorithm, options, POISSON_OPTIONS[algorithm])
   n, d = x.shape
   if batch_size is None:
     raise ValueError(f"algorithm {algorithm!r} samples a Poisson minibatch each step: pass "
@@ -361,7 +362,7 @@ def _finish(trajectory, state, resets, x, y, *, objective, host, optimum, rho, e
 
 def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timing_runs, average,
            guard_radius, options, placement=None) -> Run:
-  _check_options("cubic-newton", options, _CUBIC_OPTIONS)
+  _check_options("cubic-newton", options, CUBIC_OPTIONS)
   if "mu" not in options:
     raise ValueError("cubic-newton needs mu=<the public ridge mu > 0>: it minimises the "
                      "mu-strongly convex F(w) = logistic loss + (mu/2)||w||^2.")
@@ -534,7 +535,7 @@ def run(data: Any, algorithm: str, *, epsilon: float | None, rho: float | None,
   elif loss_options:
     raise TypeError("loss_options apply to a non-logistic loss only; remove them.")
   elif algorithm not in ALGORITHMS:
-    raise ValueError(f"algorithm {algorithm!r} is not run by dpjax.drivers.")
+    raise ValueError(f"algorithm {algorithm!r} is not run by dpjax.training.drivers.")
   if (batch_size is not None or curvature_batch_size is not None) and \
       algorithm not in POISSON_ALGORITHMS:
     raise TypeError(f"batch_size / curvature_batch_size apply to {POISSON_ALGORITHMS} only; "

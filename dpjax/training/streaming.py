@@ -106,11 +106,11 @@ _DEFAULT_K = {"otb": 1.0, "otb-optimistic": 1.0, "otb-strongly-convex": 1.0,
               "otb-parameter-free": 3.0}
 # Output when `average` is not given: the conversion's output x_T is already
 # an average; projected SGD's guarantee is for an averaged iterate.
-_DEFAULT_AVERAGE = {"single-pass-dp-sgd": "last-half"}
+DEFAULT_AVERAGE = {"single-pass-dp-sgd": "last-half"}
 
 _COMMON = ("radius", "label_bound", "clip_norm", "neighbouring")
 _OTB = _COMMON + ("k", "mode")
-_OPTIONS = {
+OPTIONS = {
     "otb": _OTB + ("learning_rate", "gradient_bound"),
     "otb-optimistic": _OTB,
     "otb-strongly-convex": _OTB + ("mu", "reg_weight"),
@@ -130,7 +130,7 @@ def loss_constants(loss: str, *, radius: float = DEFAULT_RADIUS,
   ``H = 1``.
 
   Examples:
-    >>> from dpjax import streaming
+    >>> from dpjax.training import streaming
     >>> streaming.loss_constants("logistic"), streaming.loss_constants("least_squares")
     ((1.0, 0.25), (2.0, 1.0))
   """
@@ -151,7 +151,7 @@ def default_learning_rate(*, diameter: float, lipschitz: float, noise_std: Any, 
   public, so the choice costs no privacy. ``noise_std`` may be traced.
 
   Examples:
-    >>> from dpjax import streaming
+    >>> from dpjax.training import streaming
     >>> round(streaming.default_learning_rate(diameter=2.0, lipschitz=1.0, noise_std=0.0,
     ...       batch_size=10, steps=100, d=5), 6)
     0.2
@@ -174,7 +174,7 @@ def baseline_learning_rate(algorithm: str, *, d: int, batch_size: int, steps: in
   ``C`` defaults to the loss's Lipschitz constant. ``rho`` may be traced.
 
   Examples:
-    >>> from dpjax import streaming
+    >>> from dpjax.training import streaming
     >>> lr = streaming.baseline_learning_rate("single-pass-dp-sgd", d=10, batch_size=100,
     ...                                       steps=100, rho=0.5, loss="logistic")
     >>> round(float(lr), 4)
@@ -210,7 +210,7 @@ def make_transform(algorithm: str, *, d: int, batch_size: int, steps: int, rho: 
   the graph then).
 
   Examples:
-    >>> from dpjax import streaming
+    >>> from dpjax.training import streaming
     >>> tx = streaming.make_transform("otb", d=3, batch_size=8, steps=16, rho=1.0,
     ...                               loss="logistic", key=0)
     >>> type(tx.init(jnp.zeros(3))).__name__
@@ -267,10 +267,10 @@ def make_transform(algorithm: str, *, d: int, batch_size: int, steps: int, rho: 
 
 def check_options(algorithm: str, options: dict) -> None:
   """Unknown options of a streaming algorithm are a ``TypeError`` listing the accepted ones."""
-  unknown = sorted(set(options) - set(_OPTIONS[algorithm]))
+  unknown = sorted(set(options) - set(OPTIONS[algorithm]))
   if unknown:
     raise TypeError(f"unknown option(s) {unknown} for algorithm {algorithm!r}; it accepts "
-                    f"{list(_OPTIONS[algorithm])}.")
+                    f"{list(OPTIONS[algorithm])}.")
 
 
 def glm_mean_loss(params: jax.Array, batch: tuple[jax.Array, jax.Array], loss: str) -> jax.Array:
@@ -410,7 +410,7 @@ def check_plan(data: Any, algorithm: str, *, batch_size: Any, steps: Any, loss: 
         "batch_size.")
   _common.check_host_float(x)
   if average is None:
-    average = _DEFAULT_AVERAGE.get(algorithm, "none")
+    average = DEFAULT_AVERAGE.get(algorithm, "none")
   average = _validate.choice(average, "average", averaging.AVERAGES)
   return StreamPlan(algorithm, x, y.astype(x.dtype), n, d, steps, batch_size, loss,
                     _validate.positive_int(repeats, "repeats"), average, dict(options), placement)
@@ -434,7 +434,7 @@ def stream_order(key: jax.Array, n: int, steps: int, batch_size: int) -> jax.Arr
 
   Examples:
     >>> import jax, numpy as np
-    >>> from dpjax import streaming
+    >>> from dpjax.training import streaming
     >>> order = streaming.stream_order(jax.random.key(0), 10, 3, 3)
     >>> order.shape, len(np.unique(np.asarray(order)))
     ((3, 3), 9)

@@ -1,0 +1,309 @@
+"""The compiled run behind :func:`dpjax.fit` for the full-batch algorithms.
+
+One ``jax.jit`` of a ``jax.vmap`` over repeats (and, for
+:func:`dpjax.training.fit_levels`, privacy levels) of a ``lax.scan`` over the
+steps: no Python loop per step, one compilation per static configuration
+(:mod:`dpjax.compiled`). Each step makes one fused pass over the data at
+``w_t`` (:func:`dpjax.problem.glm.logistic_grad_and_curvature` for Newton,
+:func:`dpjax.problem.glm.logistic_loss_and_grad` for DP-GD), whose loss gives
+the (non-private, reporting-only) trajectory for free, then the transform's
+update, ``optax.apply_updates`` and the public divergence guard.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dpjax import _common
+from dpjax import _validate
+from dpjax import compiled
+from dpjax import data as data_lib
+from dpjax import transforms
+from dpjax.mechanisms import noise
+from dpjax.problem import glm
+from dpjax.problem import solve
+from dpjax.training import registry
+from dpjax.training import result as result_lib
+from dpjax.training import streaming
+from dpjax.training.registry import ALGORITHMS, AVERAGES, DEFAULT_GUARD_RADIUS, INITS
+from dpjax.transforms import averaging
+
+__all__ = ["Plan", "execute", "fit_step", "plan", "release_interval", "repeat_fn"]
+
+
+def fit_step(tx: Any, curvature: str | None, w0: jax.Array,
+             guard_radius: float = DEFAULT_GUARD_RADIUS,
+             matrix: jax.Array | None = None) -> Callable:
+  """One iteration of a :func:`fit` run: ``step(w, state, x, y)``.
+
+  The fused data pass at ``w`` (:func:`dpjax.problem.glm.logistic_loss_and_grad`, or
+  :func:`dpjax.problem.glm.logistic_grad_and_curvature` with ``curvature``), the
+  transform's update, ``optax.apply_updates`` and the public divergence
+  guard (reset to ``w0`` when ``||w|| > guard_radius`` or not finite).
+  ``matrix``: the curvature at ``w``, computed by the caller (e.g. once for
+  all repeats at a shared start); then only the loss and gradient are
+  computed here.
+
+  Returns:
+    ``step(w, state, x, y) -> (w_next, state, loss_at_w, diverged)``.
+  """
+
+  def step(w, state, x, y):
+    if matrix is not None:
+      loss, grad = glm.logistic_loss_and_grad(w, x, y)
+      updates, state = tx.update(grad, state, w, curvature_matrix=matrix)
+    elif curvature is None:
+      loss, grad = glm.logistic_loss_and_grad(w, x, y)
+      updates, state = tx.update(grad, state, w)
+    else:
+      loss, grad, here = glm.logistic_grad_and_curvature(w, x, y, curvature)
+      updates, state = tx.update(grad, state, w, curvature_matrix=here)
+    w = optax.apply_updates(w, updates)
+    # Public guard: `not (norm <= R)` is also True for NaN.
+    diverged = jnp.logical_not(jnp.linalg.norm(w) <= guard_radius)
+    return jnp.where(diverged, w0, w), state, loss, diverged
+
+  return step
+
+
+class Plan(NamedTuple):
+  """A validated run, everything but the privacy level."""
+
+  algorithm: str
+  x: np.ndarray
+  y: np.ndarray
+  n: int
+  d: int
+  steps: int
+  repeats: int
+  seed: int | None  # the explicit seed, or None: a fresh key from OS entropy.
+  init: str
+  guard_radius: float
+  timing_runs: int
+  average: str
+  release_every: int | None  # precond-gd: steps between curvature releases; else None.
+  kwargs: dict  # n, steps and the algorithm's options (make_transform adds the rest).
+  options: dict  # the algorithm's options alone.
+  reason: str  # auto's reason, or "".
+  placement: Any = None  # the caller's multi-device sharding (_common.data_placement), or None.
+
+
+def plan(data, algorithm, *, steps, repeats, seed, init, guard_radius, timing_runs,
+          average, options, reason="") -> Plan:
+  """The eager checks shared by :func:`fit` and :func:`fit_levels`."""
+  algorithm = _validate.choice(algorithm, "algorithm", ALGORITHMS)
+  if steps is None:
+    raise ValueError(
+        f"steps is required for algorithm {algorithm!r}: pass steps=<T> (the number of "
+        "iterations), or algorithm='auto' to have it chosen from public quantities."
+    )
+  placement = _common.data_placement(data)  # the caller's sharding, kept for the run.
+  ds = data_lib.validate_dataset(_common.gather_data(data))
+  if not (_validate.is_concrete(ds.x) and _validate.is_concrete(ds.y)):
+    raise TypeError("fit runs on the host; pass concrete data, not values traced under jit.")
+  x = np.asarray(jax.device_get(ds.x))
+  y = np.asarray(jax.device_get(ds.y))
+  _common.check_host_float(x)
+  y = y.astype(x.dtype)  # labels are exactly +-1 in any float dtype.
+  n, d = x.shape
+  steps = _validate.positive_int(steps, "steps")
+  repeats = _validate.positive_int(repeats, "repeats")
+  seed = registry.check_seed(seed)
+  timing_runs = _validate.positive_int(timing_runs, "timing_runs")
+  init = _validate.choice(init, "init", INITS)
+  guard_radius = _validate.positive_float(guard_radius, "guard_radius")
+  if init == "random-unit" and guard_radius <= 1.0:
+    raise ValueError(
+        f"guard_radius={guard_radius:g} must exceed ||w0|| = 1 for init='random-unit', "
+        "or every step would reset; pass a larger guard_radius."
+    )
+  if average is None:
+    average = registry.DEFAULT_AVERAGE.get(algorithm, "none")
+  average = _validate.choice(average, "average", AVERAGES)
+  registry.check_options(algorithm, getattr(transforms, registry.SPECS[algorithm][0]), options)
+  release_every = release_interval(algorithm, steps, options)
+  return Plan(algorithm, x, y, n, d, steps, repeats, seed, init, guard_radius, timing_runs,
+               average, release_every, dict(n=n, steps=steps, **options), dict(options),
+               reason, placement)
+
+
+def release_interval(algorithm: str, steps: int, options: dict) -> int | None:
+  """precond-gd: the steps between its curvature releases (``refresh_every``; one release by
+  default); None for the other algorithms."""
+  if algorithm != "precond-gd":
+    return None
+  refresh = options.get("refresh_every")
+  return steps if refresh is None else _validate.positive_int(refresh, "refresh_every")
+
+
+def repeat_fn(algorithm: str, kwargs: dict, *, d: int, init: str = "zeros",
+              average: str = "none", guard_radius: float = DEFAULT_GUARD_RADIUS) -> Callable:
+  """One repeat of a :func:`fit` run, as a pure function to ``jit``/``vmap``.
+
+  Args:
+    algorithm: one of :data:`ALGORITHMS`.
+    kwargs: ``n``, ``steps`` and the algorithm's options (what
+      :func:`make_transform` gets besides the key and the budget).
+    d: the number of features.
+    init: one of :data:`INITS`.
+    average: one of :data:`AVERAGES`.
+    guard_radius: the public divergence guard of :func:`fit_step`.
+
+  Returns:
+    ``one_repeat(key, rho, x, y, h0=None) -> (output, w_T, losses, resets,
+    state)``: the output (``w_T`` or the tail average), the final iterate, the
+    ``[steps + 1]`` mean losses at ``w_0 .. w_T`` (reporting only), the number
+    of guard resets and the final transform state. ``key`` gives the start
+    (``init="random-unit"``) and the transform's key, as in :func:`fit`;
+    ``h0`` is precond-gd's first curvature matrix when the caller computed it
+    once for many repeats from the shared start 0.
+  """
+  steps = kwargs["steps"]
+  averaged = average != "none"
+  window = averaging.window_size(steps, average)
+  release_every = release_interval(algorithm, steps, kwargs)
+
+  def one_repeat(key, rho, x, y, h0=None):
+    init_key, tx_key = jax.random.split(key)
+    if init == "zeros":
+      w0 = jnp.zeros((d,), x.dtype)
+    else:
+      w0 = noise.random_direction(init_key, d, x.dtype)
+    tx, curvature = registry.make_transform(algorithm, key=tx_key, rho=rho, **kwargs)
+    state = tx.init(w0)
+
+    def advance(one_step):
+      # One iteration plus the bookkeeping: guard resets and the tail mean of
+      # the (guarded) iterates, which is post-processing of released values.
+      def body(carry, _):
+        w, state, resets, t, avg, avg_lo = carry
+        w, state, loss, diverged = one_step(w, state, x, y)
+        t = t + 1
+        if averaged:
+          avg, avg_lo = averaging.fold_iterate(avg, avg_lo, w, t, steps=steps, window=window)
+        return (w, state, resets + diverged.astype(jnp.int32), t, avg, avg_lo), loss
+
+      return body
+
+    zero = jnp.zeros((), jnp.int32)
+    carry = (w0, state, zero, zero, w0, jnp.zeros_like(w0))
+    if release_every is None:
+      carry, losses = jax.lax.scan(
+          advance(fit_step(tx, curvature, w0, guard_radius)), carry, None, length=steps)
+    else:
+      # precond-gd: the curvature pass runs only on the release steps 0, r, 2r, ...
+      # The first one is at w_0; from the shared start 0 its matrix h0 was
+      # computed once for all repeats (outside the vmap).
+      release = advance(fit_step(tx, curvature, w0, guard_radius))
+      first_release = release if h0 is None else advance(
+          fit_step(tx, curvature, w0, guard_radius, matrix=h0))
+      plain = advance(fit_step(tx, None, w0, guard_radius))
+
+      def block(carry, length, release_step):
+        carry, first = release_step(carry, None)
+        if length == 1:
+          return carry, first[None]
+        carry, rest = jax.lax.scan(plain, carry, None, length=length - 1)
+        return carry, jnp.concatenate([first[None], rest])
+
+      first_len = min(release_every, steps)
+      carry, losses = block(carry, first_len, first_release)
+      full, rest = divmod(steps - first_len, release_every)
+      if full:
+        carry, more = jax.lax.scan(lambda c, _: block(c, release_every, release), carry, None,
+                                   length=full)
+        losses = jnp.concatenate([losses, more.reshape(-1)])
+      if rest:
+        carry, tail = block(carry, rest, release)
+        losses = jnp.concatenate([losses, tail])
+    w, state, resets, _, avg, _ = carry
+    losses = jnp.concatenate([losses, glm.logistic_loss(w, x, y)[None]])
+    return (avg if averaged else w), w, losses, resets, state
+
+  return one_repeat
+
+
+def execute(plan: Plan, levels: list, *, batched: bool, key: jax.Array,
+             level_keys: list | None = None) -> list[result_lib.FitResult]:
+  """Compiles and runs ``plan`` at ``levels`` = [(rho, epsilon, delta, method)].
+
+  ``batched=False`` (one level) closes over the Python ``rho``: exact host
+  calibration and charges. ``batched=True`` vmaps over a traced ``rho``.
+  ``key`` is the run's key (``_common.run_key(plan.seed)``), split over the
+  repeats and shared by every level (common random numbers); or, with
+  ``level_keys`` (one key per level), level ``i``'s repeats split
+  ``level_keys[i]`` instead: independent noise in every level.
+  """
+  d, init, release_every = plan.d, plan.init, plan.release_every
+  x, y = plan.x, plan.y
+  loss_star, ridge = solve.optimum_loss(x, y)
+  one_repeat = repeat_fn(plan.algorithm, plan.kwargs, d=d, init=init, average=plan.average,
+                         guard_radius=plan.guard_radius)
+
+  def shared_h0(x, y):
+    # precond-gd from the shared start 0: the first release's matrix is the
+    # same for every repeat and level (X^T X / (4n)); compute it once.
+    if release_every is None or init != "zeros":
+      return None
+    curvature = registry.SPECS[plan.algorithm][2]
+    return glm.logistic_grad_and_curvature(jnp.zeros((d,), x.dtype), x, y, curvature)[2]
+
+  keys = _common.place_replicated(jax.random.split(key, plan.repeats), plan.placement)
+  xj, yj = _common.place_data(x, y, plan.placement)  # sharded as the caller's x, or one device.
+  if batched:
+    # One flat vmap over (level, repeat) pairs, not nested vmaps: the batching
+    # rules of the fused data pass and of the Newton solve then see the whole
+    # batch (nested, the inner rule's work is re-batched by the outer vmap,
+    # measured ~3x slower for Newton at 11 levels x 10 repeats).
+    num_levels = len(levels)
+    if level_keys is None:
+      flat_keys = jnp.tile(keys, num_levels)
+    else:
+      flat_keys = _common.place_replicated(
+          jnp.concatenate([jax.random.split(k, plan.repeats) for k in level_keys]),
+          plan.placement)
+    flat_rhos = jnp.repeat(jnp.asarray([lv[0] for lv in levels], x.dtype), plan.repeats)
+    flat = jax.vmap(one_repeat, in_axes=(0, 0, None, None, None))
+
+    def run_fn(flat_keys, flat_rhos, x, y):
+      out = flat(flat_keys, flat_rhos, x, y, shared_h0(x, y))
+      return jax.tree.map(lambda a: a.reshape((num_levels, plan.repeats) + a.shape[1:]), out)
+
+    run = jax.jit(run_fn)
+    args = (flat_keys, flat_rhos, xj, yj)
+  else:
+    rho = levels[0][0]
+    per_key = jax.vmap(lambda key, x, y, h0: one_repeat(key, rho, x, y, h0),
+                       in_axes=(0, None, None, None))
+    run = jax.jit(lambda keys, x, y: per_key(keys, x, y, shared_h0(x, y)))
+    args = (keys, xj, yj)
+  jax.block_until_ready(args)
+
+  # Everything run_fn closes over, as Python values: an identical configuration
+  # reuses the program compiled by an earlier call (dpjax.compiled).
+  program = ("fit", plan.algorithm, plan.kwargs, d, init, plan.average, plan.guard_radius,
+             release_every, plan.repeats, batched, len(levels) if batched else levels[0][0],
+             registry.make_transform, repeat_fn)
+  out, seconds_compile, seconds_run = compiled.compile_and_time(run, args, plan.timing_runs,
+                                                                key=program)
+  out = jax.device_get(out)
+  if not batched:
+    out = jax.tree.map(lambda a: a[None], out)
+  # Every level's output and final-iterate losses in one float64 pass (one
+  # conversion of x).
+  points = np.stack([np.asarray(out[0]), np.asarray(out[1])])  # [2, levels, repeats, d]
+  all_losses = streaming.host_losses(points.reshape(-1, d), x, y, "logistic")
+  all_losses = all_losses.reshape(points.shape[:3]) - loss_star
+  results = []
+  for i, (rho, epsilon, delta, method) in enumerate(levels):
+    params, _, losses, resets, state = jax.tree.map(lambda a: a[i], out)
+    results.append(result_lib.from_plan(plan, params, losses, resets, state, all_losses[0, i],
+                           all_losses[1, i], rho=rho, epsilon=epsilon,
+                           delta=delta, method=method, loss_star=loss_star, ridge=ridge,
+                           seconds_compile=seconds_compile, seconds_run=seconds_run))
+  return results
