@@ -112,10 +112,10 @@ sys.path.insert(0, str(_BENCH_DIR))
 import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from dpjax.problem import glm  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import leaks  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.mechanisms import noise  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import training  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.training import loop  # noqa: E402  pylint: disable=g-import-not-at-top
 
 SHAPES = ("a1a.t", "w8a", "covertype-synthetic")
 QUICK_SYNTHETIC = (20_000, 50)  # Stands in for covertype-synthetic with --quick.
@@ -239,25 +239,23 @@ def _iterate(d: int, dtype: Any = jnp.float32) -> jax.Array:
 
 def make_fit_program(algorithm: str, n: int, d: int, steps: int,
                      float_noise: bool = False) -> Callable:
-  """``jit(vmap(one_repeat))`` over keys, as ``dpjax.fit`` compiles it (init zeros)."""
+  """``run(keys, x, y)``: the program ``dpjax.fit`` compiles (init zeros, one level).
 
-  def one_repeat(key: jax.Array, x: jax.Array, y: jax.Array) -> tuple[Any, ...]:
-    _, tx_key = jax.random.split(key)
-    tx, curvature = _transform(algorithm, n, steps, key=tx_key, float_noise=float_noise)
-    w0 = jnp.zeros((d,), x.dtype)
-    step = _step_body(tx, curvature, w0)
+  :func:`dpjax.training.loop.fit_program`, with the budget of the other rows;
+  ``float_noise=True`` builds its NOT private twin (``unsafe_float_noise``).
+  """
+  kwargs = dict(n=n, steps=steps)
+  if not float_noise:
+    return loop.fit_program(algorithm, kwargs, d=d, rho=_RHO)
+  program = loop.fit_program(algorithm, {**kwargs, "unsafe_float_noise": True}, d=d, rho=_RHO)
 
-    def body(carry: tuple[Any, ...], _: None) -> tuple[tuple[Any, ...], jax.Array]:
-      w, state, resets = carry
-      w, state, loss, diverged = step(w, state, x, y)
-      return (w, state, resets + diverged.astype(jnp.int32)), loss
+  def traced_quietly(keys: jax.Array, x: jax.Array, y: jax.Array) -> Any:
+    # The twin's transform is built (and warns) when the program is traced.
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", leaks.PrivacyLeakWarning)
+      return program(keys, x, y)
 
-    carry = (w0, tx.init(w0), jnp.zeros((), jnp.int32))
-    (w, state, resets), losses = jax.lax.scan(body, carry, None, length=steps)
-    losses = jnp.concatenate([losses, glm.logistic_loss(w, x, y)[None]])
-    return w, losses, resets, state
-
-  return jax.jit(jax.vmap(one_repeat, in_axes=(0, None, None)))
+  return jax.jit(traced_quietly)
 
 
 def _two_matvecs(w: jax.Array, x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -33,7 +33,7 @@ from dpjax.training import streaming
 from dpjax.training.registry import ALGORITHMS, AVERAGES, DEFAULT_GUARD_RADIUS, INITS
 from dpjax.transforms import averaging
 
-__all__ = ["Plan", "execute", "fit_step", "plan", "release_interval", "repeat_fn"]
+__all__ = ["Plan", "execute", "fit_program", "fit_step", "plan", "release_interval", "repeat_fn"]
 
 
 def fit_step(tx: Any, curvature: str | None, w0: jax.Array,
@@ -228,6 +228,56 @@ def repeat_fn(algorithm: str, kwargs: dict, *, d: int, init: str = "zeros",
   return one_repeat
 
 
+def _shared_h0(algorithm: str, d: int, init: str, release_every: int | None) -> Callable:
+  """``h0(x, y)``: precond-gd's first curvature matrix from the shared start 0, else None.
+
+  From ``w_0 = 0`` the first release's matrix is the same for every repeat and
+  level (``X^T X / (4n)``), so the run computes it once, outside the vmap.
+  """
+
+  def shared_h0(x, y):
+    if release_every is None or init != "zeros":
+      return None
+    curvature = registry.SPECS[algorithm][2]
+    return glm.logistic_grad_and_curvature(jnp.zeros((d,), x.dtype), x, y, curvature)[2]
+
+  return shared_h0
+
+
+def _one_level_program(one_repeat: Callable, shared_h0: Callable, rho: float) -> Callable:
+  """``jit(run(keys, x, y))``: the repeats of one privacy level, ``rho`` a Python float."""
+  per_key = jax.vmap(lambda key, x, y, h0: one_repeat(key, rho, x, y, h0),
+                     in_axes=(0, None, None, None))
+  return jax.jit(lambda keys, x, y: per_key(keys, x, y, shared_h0(x, y)))
+
+
+def fit_program(algorithm: str, kwargs: dict, *, d: int, rho: float, init: str = "zeros",
+                average: str = "none",
+                guard_radius: float = DEFAULT_GUARD_RADIUS) -> Callable:
+  """The jitted program :func:`dpjax.fit` compiles for one privacy level: ``run(keys, x, y)``.
+
+  ``keys`` ``[repeats]`` typed keys (one per repeat), ``x`` ``[n, d]``, ``y``
+  ``[n]``; returns, each with a leading ``repeats`` axis, ``(output, w_T,
+  losses, resets, state)`` as :func:`repeat_fn`. For benchmarks that time or
+  measure the very program a fit runs.
+
+  Examples:
+    >>> import jax
+    >>> from dpjax import data
+    >>> from dpjax.training import loop
+    >>> ds = data.synthetic(0, n=100, d=3)
+    >>> run = loop.fit_program("dp-gd", dict(n=100, steps=2), d=3, rho=1.0)
+    >>> out, w, losses, resets, state = run(jax.random.split(jax.random.key(0), 4), ds.x, ds.y)
+    >>> out.shape, losses.shape, resets.tolist()
+    ((4, 3), (4, 3), [0, 0, 0, 0])
+  """
+  one_repeat = repeat_fn(algorithm, kwargs, d=d, init=init, average=average,
+                         guard_radius=guard_radius)
+  return _one_level_program(
+      one_repeat, _shared_h0(algorithm, d, init, release_interval(algorithm, kwargs["steps"],
+                                                                  kwargs)), rho)
+
+
 def execute(plan: Plan, levels: list, *, batched: bool, key: jax.Array,
              level_keys: list | None = None) -> list[result_lib.FitResult]:
   """Compiles and runs ``plan`` at ``levels`` = [(rho, epsilon, delta, method)].
@@ -244,14 +294,7 @@ def execute(plan: Plan, levels: list, *, batched: bool, key: jax.Array,
   loss_star, ridge = solve.optimum_loss(x, y)
   one_repeat = repeat_fn(plan.algorithm, plan.kwargs, d=d, init=init, average=plan.average,
                          guard_radius=plan.guard_radius)
-
-  def shared_h0(x, y):
-    # precond-gd from the shared start 0: the first release's matrix is the
-    # same for every repeat and level (X^T X / (4n)); compute it once.
-    if release_every is None or init != "zeros":
-      return None
-    curvature = registry.SPECS[plan.algorithm][2]
-    return glm.logistic_grad_and_curvature(jnp.zeros((d,), x.dtype), x, y, curvature)[2]
+  shared_h0 = _shared_h0(plan.algorithm, d, init, release_every)
 
   keys = _common.place_replicated(jax.random.split(key, plan.repeats), plan.placement)
   xj, yj = _common.place_data(x, y, plan.placement)  # sharded as the caller's x, or one device.
@@ -277,10 +320,7 @@ def execute(plan: Plan, levels: list, *, batched: bool, key: jax.Array,
     run = jax.jit(run_fn)
     args = (flat_keys, flat_rhos, xj, yj)
   else:
-    rho = levels[0][0]
-    per_key = jax.vmap(lambda key, x, y, h0: one_repeat(key, rho, x, y, h0),
-                       in_axes=(0, None, None, None))
-    run = jax.jit(lambda keys, x, y: per_key(keys, x, y, shared_h0(x, y)))
+    run = _one_level_program(one_repeat, shared_h0, levels[0][0])
     args = (keys, xj, yj)
   jax.block_until_ready(args)
 
