@@ -27,8 +27,7 @@ Modules, by layer (imports only point down):
   * :mod:`dpjax.mechanisms.sampling`: fixed-shape Poisson minibatch sampling;
   * :mod:`dpjax.mechanisms.tree_aggregation`: the binary mechanism for
     private prefix sums, each tree node released through
-    :mod:`dpjax.mechanisms.noise` (buffered and Honaker modes), and the
-    :func:`tree_prefix_sum` transform;
+    :mod:`dpjax.mechanisms.noise` (buffered and Honaker modes);
   * :mod:`dpjax.mechanisms.budget`: budget enforcement for whole runs (plans
     over a cap, in-graph refusals and overspending become errors);
   * :mod:`dpjax.mechanisms.standardize`: private standardization (DP column
@@ -37,8 +36,8 @@ Modules, by layer (imports only point down):
 
 * :mod:`dpjax.transforms`: the private optimizers as optax transforms
   (:func:`dp_gd`, :func:`dp_sgd`, :func:`dp_precond_gd`, :func:`dp_newton`,
-  its minibatch variant, :func:`cubic_newton`, and :func:`tail_average` for
-  any of them);
+  its minibatch variant, :func:`cubic_newton`, the binary mechanism's
+  :func:`tree_prefix_sum`, and :func:`tail_average` for any of them);
 * :mod:`dpjax.online`: online learners on a ball (OGD, optimistic OGD, the
   strongly convex learner, KT coin betting) as optax transforms;
 * :mod:`dpjax.baselines`: the paper's baselines (AOP, damped Newton,
@@ -83,8 +82,8 @@ from dpjax.accounting import AccountantState, epsilon_to_zcdp, zcdp_to_epsilon
 from dpjax.data import Dataset, load_libsvm, synthetic
 from dpjax.leaks import PrivacyLeakWarning
 from dpjax.training import FitResult, fit
-from dpjax.mechanisms.tree_aggregation import TreeAggregationState, tree_prefix_sum
 from dpjax.transforms import (
+    TreeAggregationState,
     DPGDState,
     DPNewtonState,
     DPPrecondGDState,
@@ -99,6 +98,7 @@ from dpjax.transforms import (
     dp_sgd,
     online_to_batch,
     tail_average,
+    tree_prefix_sum,
 )
 
 __version__ = "0.1.0.dev0"

@@ -134,3 +134,28 @@ def package_getattr(name: str):
     # an attribute of the package, so ``from dpjax import noise`` warns once.
     return importlib.import_module(old)
   raise AttributeError(f"module {_PACKAGE!r} has no attribute {name!r}")
+
+
+def moved_attributes(module: str, moved: dict[str, str]):
+  """A module ``__getattr__`` for names that moved to another module.
+
+  ``moved`` maps each old attribute of ``module`` to the module that now
+  defines it; reading the old attribute warns (:class:`DeprecationWarning`,
+  attributed to the reader's line) and returns the new object. The new module
+  is imported by name when the attribute is read, so an import that would
+  point up the layers is never made at import time.
+  """
+
+  def __getattr__(name: str):  # pylint: disable=invalid-name
+    if name in moved:
+      stacklevel = 2
+      frame = sys._getframe(1)  # pylint: disable=protected-access
+      while frame is not None and _ours(frame):
+        stacklevel += 0 if _internal(frame) else 1
+        frame = frame.f_back
+      warnings.warn(f"{module}.{name} is deprecated and will be removed in a future release; "
+                    f"use {moved[name]}.{name}", DeprecationWarning, stacklevel=stacklevel)
+      return getattr(importlib.import_module(moved[name]), name)
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+  return __getattr__

@@ -158,7 +158,7 @@ def test_pickle_naming_the_old_module_loads(old):
 
 
 @pytest.mark.parametrize("cls_path", ["dpjax.mechanisms.sampling.PoissonSampler",
-                                      "dpjax.mechanisms.tree_aggregation.TreeAggregationState",
+                                      "dpjax.mechanisms.tree_aggregation.TreeState",
                                       "dpjax.problem.solve.LogisticOptimum"])
 def test_pickled_state_with_the_old_module_loads(cls_path, monkeypatch):
   new, _, name = cls_path.rpartition(".")
@@ -211,3 +211,22 @@ def test_install_is_idempotent():
   _deprecations.install()
   assert sys.meta_path == before
   assert sum(isinstance(f, _deprecations.AliasFinder) for f in sys.meta_path) == 1
+
+
+def test_moved_attributes_warn_and_return_the_new_objects():
+  from dpjax import transforms  # pylint: disable=g-import-not-at-top
+  from dpjax.mechanisms import tree_aggregation as ta  # pylint: disable=g-import-not-at-top
+  for name in ("tree_prefix_sum", "TreeAggregationState"):
+    with pytest.warns(DeprecationWarning) as found:
+      obj = getattr(ta, name)
+    assert obj is getattr(transforms, name)
+    assert str(found[0].message) == (
+        f"dpjax.mechanisms.tree_aggregation.{name} is deprecated and will be removed in a "
+        f"future release; use dpjax.transforms.{name}")
+    assert found[0].filename == __file__
+  with pytest.warns(DeprecationWarning) as found:
+    from dpjax.mechanisms.tree_aggregation import tree_prefix_sum  # pylint: disable=g-import-not-at-top
+  assert tree_prefix_sum is transforms.tree_prefix_sum and found[0].filename == __file__
+  with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+    ta.no_such_name  # pylint: disable=pointless-statement
+

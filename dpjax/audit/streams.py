@@ -76,7 +76,7 @@ def _tree(*, steps: int, statistic: str, fresh_noise: bool = False,
   weights = jnp.asarray(weights, jnp.float32)
 
   def run(key, leaf1):
-    tx = ta.tree_prefix_sum(steps=steps, rho=RHO, sensitivity=1.0, key=key)
+    tx = transforms.tree_prefix_sum(steps=steps, rho=RHO, sensitivity=1.0, key=key)
 
     def body(carry, t):
       state, stat = carry

@@ -8,8 +8,7 @@ through these, and each charges the accountant; the optimizers
   through (power-of-two grid, exact integer noise, total-variation slack);
 * :mod:`dpjax.mechanisms.sampling`: fixed-shape Poisson minibatch sampling;
 * :mod:`dpjax.mechanisms.tree_aggregation`: the binary mechanism for private
-  prefix sums and the :func:`~dpjax.mechanisms.tree_aggregation.tree_prefix_sum`
-  transform;
+  prefix sums (its transform is :func:`dpjax.transforms.tree_prefix_sum`);
 * :mod:`dpjax.mechanisms.budget`: budget enforcement for whole runs;
 * :mod:`dpjax.mechanisms.standardize`: private standardization (DP column
   means and standard deviations with public bounds).

@@ -76,6 +76,7 @@ from dpjax.transforms.single_pass_dp_sgd import (
     single_pass_dp_sgd,
     single_pass_noise_scale,
 )
+from dpjax.transforms.tree_prefix_sum import TreeAggregationState, tree_prefix_sum
 from dpjax.transforms.dp_precond_gd import (
     DPPrecondGDState,
     PrecondBudget,
@@ -88,6 +89,8 @@ from dpjax.transforms.dp_precond_gd import (
 )
 
 __all__ = [
+    "TreeAggregationState",
+    "tree_prefix_sum",
     "CURVATURE_STRUCTURES",
     "AVERAGES",
     "CubicSolverCalibration",

@@ -8,7 +8,7 @@ private (deep) learning without sampling or shuffling", ICML 2021, Algorithm
 ``theta_{t+1} = Pi(theta_0 - eta ghat_t / b)``, ``ghat_t`` the binary
 mechanism's release of ``sum_{s<=t} sum_{z in batch_s} clip(grad l(theta_s, z), C)``
 
-(:func:`dpjax.mechanisms.tree_aggregation.tree_prefix_sum`: each tree node is released
+(:func:`dpjax.transforms.tree_prefix_sum`: each tree node is released
 through the floating-point-safe Gaussian mechanism of :mod:`dpjax.mechanisms.noise` with
 std ``c C``, ``2 c C`` for replace-one neighbours, and ``ghat_t`` is the sum of
 released nodes). Privacy: each example is used once (one step's batch, single
@@ -30,7 +30,7 @@ from dpjax import _common
 from dpjax import _validate
 from dpjax import leaks
 from dpjax.problem import minibatch
-from dpjax.mechanisms import tree_aggregation as ta
+from dpjax.transforms.tree_prefix_sum import TreeAggregationState, tree_prefix_sum
 
 __all__ = ["DPFTRLState", "dp_ftrl"]
 
@@ -39,7 +39,7 @@ class DPFTRLState(NamedTuple):
   """State of :func:`dp_ftrl`; ``optax.tree.get(state, "rho")`` reads the tree's accountant."""
 
   origin: Any  # theta_0, like the params: the regularizer's centre.
-  prefix: ta.TreeAggregationState  # the tree's node sums and releases (and accountant).
+  prefix: TreeAggregationState  # the tree's node sums and releases (and accountant).
 
 
 def dp_ftrl(
@@ -101,7 +101,7 @@ def dp_ftrl(
   projection = minibatch.check_projection(projection)
   with warnings.catch_warnings():  # the opt-out's warning is dp_ftrl's own, issued below.
     warnings.simplefilter("ignore", leaks.PrivacyLeakWarning)
-    prefix = ta.tree_prefix_sum(num_levels=num_levels, steps=steps, rho=rho,
+    prefix = tree_prefix_sum(num_levels=num_levels, steps=steps, rho=rho,
                                 noise_multiplier=noise_multiplier,
                                 sensitivity=minibatch.sensitivity_factor(neighbouring) * clip_norm,
                                 key=key,
