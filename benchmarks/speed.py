@@ -3,7 +3,7 @@
 Usage::
 
   python benchmarks/speed.py [--data-dir ../shared/data] [--out-dir DIR] [--reps 20]
-                             [--datasets a1a.t w8a covertype-synthetic] [--quick]
+                             [--datasets a1a.t w8a covertype-synthetic] [--quick [--smoke]]
 
 Four measurements. Every timing is of an AOT-compiled program (compile seconds
 recorded separately), after a warm-up, with ``block_until_ready``, median and
@@ -48,7 +48,9 @@ covertype (dp-gd and hess-clip on it, one algorithm per family; dp-gd only on
 reps, and runs the repeats section (dp-gd only) and the memory section (dp-gd
 and hess-clip) on the synthetic shape only; it still writes every section and
 the plot. Compiling is most of its time, so each program it skips is a
-compilation saved. A file dataset named with ``--datasets`` (or any of them in a
+compilation saved. ``--quick --smoke`` (the test suite's run) times the scaling
+section at the per-iteration synthetic shape alone, one point for both axes, whose
+programs are already compiled. A file dataset named with ``--datasets`` (or any of them in a
 full run) that is missing from ``--data-dir`` is an error: exit status 2 with
 a message naming the flag.
 
@@ -126,6 +128,9 @@ SCALING_D = ((10_000, 10), (10_000, 30), (10_000, 100), (10_000, 300), (10_000, 
 # With --quick, (20_000, 50) is the per-iteration synthetic shape (compiled once).
 QUICK_SCALING_N = ((5_000, 50), (20_000, 50))
 QUICK_SCALING_D = ((5_000, 20), (5_000, 50))
+# --quick --smoke (the test suite's smoke run): the scaling section's one point is the
+# per-iteration synthetic shape, on both axes, so it compiles nothing of its own.
+SMOKE_SCALING = (QUICK_SYNTHETIC,)
 
 # --quick: one compilation per program dominates it. The per-iteration section
 # runs one algorithm per family on the synthetic shape (the step program is
@@ -401,11 +406,11 @@ def per_iteration(label: str, ds: data_lib.Dataset, max_reps: int, budget_s: flo
   return rows
 
 
-def scaling_grid(quick: bool) -> list[tuple[int, int, tuple[str, ...]]]:
-  """Unique ``(n, d, axes)`` points; a point on both axes is timed once."""
+def scaling_grid(quick: bool, smoke: bool = False) -> list[tuple[int, int, tuple[str, ...]]]:
+  """Unique ``(n, d, axes)`` points; a point on both axes is timed once (``smoke``: one point)."""
   points: dict[tuple[int, int], list[str]] = {}
-  for axis, grid in (("n", QUICK_SCALING_N if quick else SCALING_N),
-                     ("d", QUICK_SCALING_D if quick else SCALING_D)):
+  for axis, grid in (("n", SMOKE_SCALING if smoke else QUICK_SCALING_N if quick else SCALING_N),
+                     ("d", SMOKE_SCALING if smoke else QUICK_SCALING_D if quick else SCALING_D)):
     for nd in grid:
       points.setdefault(nd, []).append(axis)
   return [(n, d, tuple(axes)) for (n, d), axes in points.items()]
@@ -759,7 +764,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
   parser.add_argument("--datasets", nargs="+", choices=SHAPES, default=None,
                       help=f"shapes to run (default: all of {', '.join(SHAPES)}; with --quick, "
                       "a1a.t when present and a small synthetic problem instead of covertype)")
+  parser.add_argument("--smoke", action="store_true",
+                      help="with --quick: the scaling section on the per-iteration synthetic "
+                      "shape alone (one point for both axes; the test suite's smoke run)")
   args = parser.parse_args(argv)
+  if args.smoke and not args.quick:
+    parser.error("--smoke needs --quick")
   if args.reps is None:
     args.reps = 5 if args.quick else 20
   if args.reps < 1:
@@ -817,7 +827,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               fit_compile=True)
 
   scaling = []
-  grid = {f"n={n:,} d={d}": (n, d, axes) for n, d, axes in scaling_grid(quick)}
+  grid = {f"n={n:,} d={d}": (n, d, axes) for n, d, axes in scaling_grid(quick, args.smoke)}
   for label in _harness.progress(list(grid), desc="scaling"):
     scaling += scaling_rows(*grid[label], args.reps, budget["scaling"], steps,
                             QUICK_SCALING_ALGORITHMS if quick else SCALING_ALGORITHMS)
@@ -839,7 +849,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       "machine": info,
       "quick": quick,
       "settings": {
-          "reps": args.reps, "min_reps": _MIN_REPS, "budget_s": budget,
+          "reps": args.reps, "min_reps": _MIN_REPS, "budget_s": budget, "smoke": args.smoke,
           "shapes": [s.label for s, _ in shapes], "steps": steps, "repeats": REPEATS,
           "targets": TARGETS, "rho": _RHO,
       },

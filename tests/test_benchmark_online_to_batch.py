@@ -63,7 +63,10 @@ def test_rates_quick_writes_table_plot_and_criteria(ob, tmp_path):
 def test_rates_population_is_as_documented():
   rates = load_benchmark("_rates")
   import jax  # pylint: disable=g-import-not-at-top
-  x = np.asarray(rates.features(jax.random.key(0), 4000, 37), np.float64)
+  # The benchmark's functions compiled, as its scans run them (one program each, not an eager
+  # dispatch per operation).
+  x = np.asarray(jax.jit(rates.features, static_argnums=(1, 2))(jax.random.key(0), 4000, 37),
+                 np.float64)
   np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, rtol=1e-6)  # ||x|| = 1 exactly
   np.testing.assert_allclose(x.T @ x / 4000, np.eye(37) / 37, atol=4.5 * math.sqrt(1 / 4000) / 37)
   assert np.linalg.norm(rates.w_star(10)) == pytest.approx(rates.W_STAR_NORM)
@@ -73,7 +76,7 @@ def test_rates_population_is_as_documented():
     assert rates.excess_population_loss(loss, ws[None], d)[0] == pytest.approx(0.0, abs=1e-15)
     w = ws + 0.3 * np.eye(d)[0]
     # Against a Monte Carlo estimate of E[l(w)] - E[l(w*)] on fresh samples of the stream.
-    xb, yb = rates.sampler(loss, d, 200_000)(jax.random.key(3), 0)
+    xb, yb = jax.jit(rates.sampler(loss, d, 200_000))(jax.random.key(3), 0)
     xb, yb = np.asarray(xb, np.float64), np.asarray(yb, np.float64)
     if loss == "least_squares":
       diff = 0.5 * ((xb @ w - yb) ** 2 - (xb @ ws - yb) ** 2)

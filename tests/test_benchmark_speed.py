@@ -1,4 +1,4 @@
-"""Smoke test of ``benchmarks/speed.py``: a ``--quick`` run and its output schema."""
+"""Smoke test of ``benchmarks/speed.py``: a ``--quick`` run (synthetic shape only) and its output schema."""
 
 from __future__ import annotations
 
@@ -54,7 +54,11 @@ def speed() -> ModuleType:
 def quick_run(speed: ModuleType,
               tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, dict[str, Any]]:
   out = tmp_path_factory.mktemp("speed")
-  assert speed.main(["--quick", "--out-dir", str(out)]) == 0
+  # The synthetic shape alone (every section runs on it, the scaling section too with
+  # --smoke; the file datasets' loading is test_missing_data_file_exits_2's) and the fewest
+  # reps: smaller than a plain --quick.
+  assert speed.main(["--quick", "--smoke", "--datasets", "covertype-synthetic", "--reps", "3",
+                     "--out-dir", str(out)]) == 0
   return out, json.loads((out / "speed.json").read_text())
 
 

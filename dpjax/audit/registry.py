@@ -65,6 +65,9 @@ TEST_SAMPLES: dict[str, int] = {
     "dp-sgd-poisson": 8000,  # a mixture over the Poisson sample: weaker statistic.
     "estimator": 1000,  # one host fit per run.
     "aop": 3000,  # one host minimisation and exact release per run.
+    # 255 scanned steps per run; the fresh-noise twin stays at >= 2.5x its claim at
+    # 1,000 (seeds 0-4; the test asks 1.15x).
+    "tree-prefix-sums-all-steps": 1000,
 }
 
 
