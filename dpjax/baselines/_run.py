@@ -13,6 +13,7 @@ is public post-processing of the iterates and costs no privacy.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, NamedTuple
 
 import jax
@@ -238,9 +239,15 @@ def run_baseline(
   rho, epsilon, delta = accounting.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
                                                   method=method)
   factory = FACTORIES[name]
-  for reserved in ("n", "rho", "steps", "rho_per_step", "key", "row_norm_bound"):
-    if reserved in options:
-      raise TypeError(f"{reserved} is set by run_baseline; remove it from the options.")
+  reserved = ("n", "rho", "steps", "rho_per_step", "key", "row_norm_bound")
+  for name_set in reserved:
+    if name_set in options:
+      raise TypeError(f"{name_set} is set by run_baseline; remove it from the options.")
+  accepted = [p.name for p in inspect.signature(factory).parameters.values()
+              if p.kind == inspect.Parameter.KEYWORD_ONLY and p.name not in reserved]
+  unknown = sorted(set(options) - set(accepted))
+  if unknown:
+    raise TypeError(f"unknown option(s) {unknown} for {name!r}; it takes {accepted}.")
   kwargs = dict(n=n, rho=rho, steps=steps, row_norm_bound=row_norm_bound, **options)
   factory(key=0, **kwargs)  # constructor checks, eagerly.
   x_dev, y_dev = jnp.asarray(x), jnp.asarray(y)
