@@ -26,7 +26,6 @@ from dpjax.training import auto as auto_lib
 from dpjax.training import drivers
 from dpjax.training import loop
 from dpjax.training import registry
-from dpjax.training import result as result_lib
 from dpjax.training import streaming
 from dpjax.training.registry import (ALGORITHMS, AUTO, DEFAULT_GUARD_RADIUS,
                                      STREAMING_ALGORITHMS)
@@ -413,21 +412,8 @@ def _fit_stream(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, a
       plan.n, epsilon=epsilon, rho=rho, delta=delta, method=accounting,
       slack=registry.least_slack(plan.steps, plan.d, plan.options))
   streaming.check_transform(plan, rho)
-  out = streaming.execute(plan, rho=rho, seed=seed, timing_runs=timing_runs)
-  excess = out["excess_losses"]
-  se = result_lib.standard_error(excess)
-  return FitResult(
-      params=out["params"], losses=out["losses"], excess_losses=excess,
-      excess_loss_mean=float(np.mean(excess)), excess_loss_se=se,
-      loss_star=float(out["loss_star"]), ridge=float(out["ridge"]), rho=float(rho),
-      epsilon=float(epsilon), delta=float(delta), accounting=accounting, algorithm=algorithm,
-      n=int(plan.n), d=int(plan.d), steps=plan.steps, repeats=plan.repeats,
-      seconds_compile=out["seconds_compile"], seconds_run=out["seconds_run"],
-      guard_resets=np.zeros(plan.repeats, np.int64), rho_spent=out["rho_spent"],
-      opt_state=out["state"], average=plan.average,
-      final_excess_losses=out["final_excess_losses"], gradient_evaluations=plan.steps,
-      curvature_evaluations=0, options=dict(plan.options), auto_reason="",
-      batch_size=plan.batch_size, loss=plan.loss, seed=seed)
+  return streaming.execute(plan, rho=rho, epsilon=epsilon, delta=delta, accounting=accounting,
+                           seed=seed, timing_runs=timing_runs)
 
 
 def _fit_driver(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting, init,
@@ -443,22 +429,10 @@ def _fit_driver(data, algorithm, *, epsilon, rho, delta, steps, repeats, seed, a
                     curvature_batch_size=curvature_batch_size, loss=loss,
                     loss_options=loss_options, guard_radius=guard_radius, options=options,
                     optimum=solve.optimum_loss)
-  excess = out.excess_losses
-  r = int(excess.shape[0])
-  se = result_lib.standard_error(excess)
-  return FitResult(
-      params=out.params, losses=out.losses, excess_losses=excess,
-      excess_loss_mean=float(np.mean(excess)), excess_loss_se=se, loss_star=out.loss_star,
-      ridge=out.ridge, rho=out.rho, epsilon=out.epsilon, delta=out.delta,
-      accounting=out.accounting, algorithm=algorithm, n=out.n, d=int(out.params.shape[1]),
-      steps=out.steps, repeats=r, seconds_compile=out.seconds_compile,
-      seconds_run=out.seconds_run, guard_resets=out.guard_resets, rho_spent=out.rho_spent,
-      opt_state=out.state, average=out.average, final_excess_losses=out.final_excess_losses,
-      gradient_evaluations=out.gradient_evaluations,
-      curvature_evaluations=out.curvature_evaluations, options=out.options, auto_reason="",
-      batch_size=int(batch_size or 0), loss=out.loss, private=out.private,
+  return out._replace(
+      batch_size=int(batch_size or 0), seed=seed,
       curvature_batch_size=int(curvature_batch_size or batch_size or 0)
-      if algorithm == "newton-minibatch" else 0, seed=seed)
+      if algorithm == "newton-minibatch" else 0)
 
 
 def auto_shape(data, steps, average, options) -> tuple[int, int]:

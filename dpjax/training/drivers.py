@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -64,6 +64,7 @@ from dpjax import baselines
 from dpjax import data as data_lib
 from dpjax.problem import glm
 from dpjax.problem import losses as losses_lib
+from dpjax.training import result as result_lib
 from dpjax.training import streaming
 from dpjax import transforms
 from dpjax.transforms import averaging
@@ -75,7 +76,6 @@ __all__ = [
     "GENERAL_LOSS_ALGORITHMS",
     "NON_PRIVATE",
     "POISSON_ALGORITHMS",
-    "Run",
     "ball_optimum",
     "run",
 ]
@@ -96,34 +96,6 @@ POISSON_OPTIONS = {
 }
 CUBIC_OPTIONS = ("mu", "radius", "max_inner_steps", "neighbouring")
 DEFAULT_CUBIC_RADIUS = 10.0
-
-
-class Run(NamedTuple):
-  """What a driver returns to :func:`dpjax.fit` (host values; ``[R]`` = repeats)."""
-
-  n: int
-  params: np.ndarray  # [R, d] the output of each repeat.
-  losses: np.ndarray  # [R, T + 1] objective at w_0 .. w_T (AOP: [R, 1] at the output).
-  excess_losses: np.ndarray  # [R] float64 objective(output) - optimum.
-  final_excess_losses: np.ndarray  # [R] same for the final iterate.
-  loss_star: float
-  ridge: float
-  rho: float | None  # zCDP budget; None when not zCDP-accounted (RDP, AOP).
-  epsilon: float
-  delta: float
-  accounting: str
-  private: bool
-  steps: int
-  state: Any  # final transform states with a leading [R] axis (None for AOP).
-  rho_spent: np.ndarray  # [R] zCDP charged to each accountant (0 for RDP-only runs).
-  seconds_compile: float
-  seconds_run: float
-  guard_resets: np.ndarray  # [R]
-  gradient_evaluations: int
-  curvature_evaluations: int
-  average: str
-  loss: str
-  options: dict
 
 
 # ----------------------------------------------------------------------------
@@ -279,7 +251,7 @@ def ball_optimum(x: Any, y: Any, *, mu: float, radius: float) -> tuple[np.ndarra
 
 def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, accounting,
              timing_runs, average, batch_size, curvature_batch_size, guard_radius, options,
-             optimum, placement=None) -> Run:
+             optimum, placement=None) -> result_lib.FitResult:
   _check_options(algorithm, options, POISSON_OPTIONS[algorithm])
   n, d = x.shape
   if batch_size is None:
@@ -330,7 +302,7 @@ def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, acco
                                         program=program)
   trajectory, state, resets = out
   objective = lambda w, x, y: glm.logistic_loss(w, x, y)  # noqa: E731
-  return _finish(trajectory, state, resets, x, y, objective=objective,
+  return _finish(trajectory, state, resets, x, y, algorithm=algorithm, objective=objective,
                  host=lambda p: _logistic_host(p, x, y), optimum=optimum, rho=None,
                  epsilon=epsilon, delta=delta, accounting="rdp", private=True, steps=steps,
                  seconds=(t_compile, t_run), average=average,
@@ -339,9 +311,10 @@ def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, acco
                  loss="logistic", options=options, objective_program=("logistic",))
 
 
-def _finish(trajectory, state, resets, x, y, *, objective, host, optimum, rho, epsilon, delta,
+def _finish(trajectory, state, resets, x, y, *, algorithm, objective, host, optimum, rho, epsilon,
+            delta,
             accounting, private, steps, seconds, average, gradient_evaluations,
-            curvature_evaluations, loss, options, objective_program=None) -> Run:
+            curvature_evaluations, loss, options, objective_program=None) -> result_lib.FitResult:
   trajectory = np.asarray(trajectory)
   params = _output(trajectory, average)
   loss_star, ridge = optimum()
@@ -349,19 +322,21 @@ def _finish(trajectory, state, resets, x, y, *, objective, host, optimum, rho, e
   r = params.shape[0]
   rho_spent = (np.atleast_1d(accounting_lib.spent_rho(streaming.accountant_of(state)))
                if state is not None else np.zeros(r))
-  return Run(n=int(x.shape[0]), params=params, losses=_trajectory_objective(objective, trajectory, x, y, objective_program),
-             excess_losses=both[:r] - loss_star, final_excess_losses=both[r:] - loss_star,
-             loss_star=float(loss_star), ridge=float(ridge), rho=rho, epsilon=float(epsilon),
-             delta=float(delta), accounting=accounting, private=private, steps=steps,
-             state=state, rho_spent=rho_spent, seconds_compile=seconds[0],
-             seconds_run=seconds[1], guard_resets=np.asarray(resets, np.int64).reshape(r),
-             gradient_evaluations=gradient_evaluations,
-             curvature_evaluations=curvature_evaluations, average=average, loss=loss,
-             options=dict(options))
+  return result_lib.from_arrays(
+      algorithm=algorithm, n=int(x.shape[0]), params=params,
+      losses=_trajectory_objective(objective, trajectory, x, y, objective_program),
+      excess_losses=both[:r] - loss_star, final_excess_losses=both[r:] - loss_star,
+      loss_star=float(loss_star), ridge=float(ridge), rho=rho, epsilon=float(epsilon),
+      delta=float(delta), accounting=accounting, private=private, steps=steps,
+      opt_state=state, rho_spent=rho_spent, seconds_compile=seconds[0],
+      seconds_run=seconds[1], guard_resets=np.asarray(resets, np.int64).reshape(r),
+      gradient_evaluations=gradient_evaluations,
+      curvature_evaluations=curvature_evaluations, average=average, loss=loss,
+      options=dict(options))
 
 
 def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timing_runs, average,
-           guard_radius, options, placement=None) -> Run:
+           guard_radius, options, placement=None) -> result_lib.FitResult:
   _check_options("cubic-newton", options, CUBIC_OPTIONS)
   if "mu" not in options:
     raise ValueError("cubic-newton needs mu=<the public ridge mu > 0>: it minimises the "
@@ -397,7 +372,7 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
                                         program=program)
   trajectory, state, resets = out
   objective = lambda w, x, y: glm.logistic_loss(w, x, y) + 0.5 * mu * jnp.sum(w * w)  # noqa: E731
-  return _finish(trajectory, state, resets, x, y, objective=objective,
+  return _finish(trajectory, state, resets, x, y, algorithm="cubic-newton", objective=objective,
                  host=lambda p: _logistic_host(p, x, y, mu),
                  optimum=lambda: (ball_optimum(x, y, mu=mu, radius=radius)[1], mu), rho=rho,
                  epsilon=epsilon, delta=delta, accounting=accounting, private=True, steps=steps,
@@ -408,7 +383,7 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
 
 
 def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps, repeats, seed,
-             accounting, timing_runs, average, guard_radius, options, placement=None) -> Run:
+             accounting, timing_runs, average, guard_radius, options, placement=None) -> result_lib.FitResult:
   spec = losses_lib.get_loss(loss, **loss_options)
   n, d = x.shape
   rho, epsilon, delta = accounting_lib.resolve_budget(
@@ -462,7 +437,7 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
   def optimum():
     return losses_lib.optimum(spec, x, y)[1], spec.regularization
 
-  return _finish(trajectory, state, resets, x, y,
+  return _finish(trajectory, state, resets, x, y, algorithm=algorithm,
                  objective=lambda w, x, y: losses_lib.objective(spec, w, x, y), host=host,
                  optimum=optimum, rho=rho, epsilon=epsilon, delta=delta, accounting=accounting,
                  private=True, steps=steps, seconds=(t_compile, t_run), average=average,
@@ -472,7 +447,7 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
 
 
 def _baseline(x, y, algorithm, *, rho, epsilon, delta, steps, repeats, seed, accounting,
-              timing_runs, average, guard_radius, options, optimum) -> Run:
+              timing_runs, average, guard_radius, options, optimum) -> result_lib.FitResult:
   n, d = x.shape
   keys = jax.random.split(_common.run_key(seed), repeats)
   kw = dict(epsilon=epsilon, rho=rho, delta=delta, accounting_method=accounting, **options)
@@ -502,22 +477,22 @@ def _baseline(x, y, algorithm, *, rho, epsilon, delta, steps, repeats, seed, acc
   per_repeat = lambda v, dt: np.broadcast_to(np.asarray(v, dt).reshape(-1), (repeats,)).copy()  # noqa: E731
   rho_spent = per_repeat(res.info.get("rho_spent", 0.0), np.float64)
   resets = per_repeat(res.info.get("guard_resets", 0), np.int64)
-  return Run(n=n, params=params, losses=losses, excess_losses=excess,
-             final_excess_losses=excess.copy(), loss_star=float(loss_star),
-             ridge=float(ridge), rho=None if res.rho is None else float(res.rho),
-             epsilon=float(res.epsilon), delta=float(res.delta),
-             accounting=accounting, private=bool(res.private), steps=steps_done, state=None,
-             rho_spent=rho_spent, seconds_compile=seconds_compile, seconds_run=seconds_run,
-             guard_resets=resets, gradient_evaluations=steps_done,
-             curvature_evaluations=0 if algorithm in ("aop", "dp-gd-oracle") else steps_done,
-             average="none", loss="logistic", options=dict(options))
+  return result_lib.from_arrays(
+      algorithm=algorithm, n=n, params=params, losses=losses, excess_losses=excess,
+      final_excess_losses=excess.copy(), loss_star=float(loss_star), ridge=float(ridge),
+      rho=None if res.rho is None else float(res.rho), epsilon=float(res.epsilon),
+      delta=float(res.delta), accounting=accounting, private=bool(res.private),
+      steps=steps_done, opt_state=None, rho_spent=rho_spent, seconds_compile=seconds_compile,
+      seconds_run=seconds_run, guard_resets=resets, gradient_evaluations=steps_done,
+      curvature_evaluations=0 if algorithm in ("aop", "dp-gd-oracle") else steps_done,
+      average="none", loss="logistic", options=dict(options))
 
 
 def run(data: Any, algorithm: str, *, epsilon: float | None, rho: float | None,
         delta: float | None, steps: int | None, repeats: int, seed: int | None, accounting: str,
         timing_runs: int, average: str | None, batch_size: int | None,
         curvature_batch_size: int | None, loss: str, loss_options: dict | None,
-        guard_radius: float, options: dict, optimum: Callable) -> Run:
+        guard_radius: float, options: dict, optimum: Callable) -> result_lib.FitResult:
   """Validates and runs one of :data:`ALGORITHMS` (or a general-loss fit); see :func:`dpjax.fit`.
 
   ``optimum(x, y) -> (loss_star, ridge)`` is the logistic optimum that

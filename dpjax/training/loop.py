@@ -20,6 +20,7 @@ import numpy as np
 import optax
 
 from dpjax import _common
+from dpjax import accounting as accounting_lib
 from dpjax import _validate
 from dpjax import compiled
 from dpjax import data as data_lib
@@ -342,8 +343,51 @@ def execute(plan: Plan, levels: list, *, batched: bool, key: jax.Array,
   results = []
   for i, (rho, epsilon, delta, method) in enumerate(levels):
     params, _, losses, resets, state = jax.tree.map(lambda a: a[i], out)
-    results.append(result_lib.from_plan(plan, params, losses, resets, state, all_losses[0, i],
+    results.append(_result(plan, params, losses, resets, state, all_losses[0, i],
                            all_losses[1, i], rho=rho, epsilon=epsilon,
                            delta=delta, method=method, loss_star=loss_star, ridge=ridge,
                            seconds_compile=seconds_compile, seconds_run=seconds_run))
   return results
+
+
+def _result(plan, params, losses, resets, state, excess, final_excess, *, rho, epsilon, delta,
+            method, loss_star, ridge, seconds_compile, seconds_run) -> result_lib.FitResult:
+  repeats = plan.repeats
+  params = np.asarray(params)
+  se = result_lib.standard_error(excess)
+  return result_lib.FitResult(
+      params=params,
+      losses=np.asarray(losses),
+      excess_losses=excess,
+      excess_loss_mean=float(np.mean(excess)),
+      excess_loss_se=se,
+      loss_star=float(loss_star),
+      ridge=float(ridge),
+      rho=float(rho),
+      epsilon=float(epsilon),
+      delta=float(delta),
+      accounting=method,
+      algorithm=plan.algorithm,
+      n=int(plan.n),
+      d=int(plan.d),
+      steps=plan.steps,
+      repeats=repeats,
+      seconds_compile=seconds_compile,
+      seconds_run=seconds_run,
+      guard_resets=np.asarray(resets, np.int64),
+      rho_spent=np.atleast_1d(accounting_lib.spent_rho(state.accountant)),
+      opt_state=state,
+      average=plan.average,
+      final_excess_losses=final_excess,
+      gradient_evaluations=plan.steps,
+      curvature_evaluations=_curvature_evaluations(plan),
+      options=dict(plan.options),
+      auto_reason=plan.reason,
+      seed=plan.seed,
+  )
+
+
+def _curvature_evaluations(plan: Any) -> int:
+  if plan.release_every is not None:
+    return -(-plan.steps // plan.release_every)
+  return plan.steps if registry.SPECS[plan.algorithm][2] is not None else 0

@@ -7,10 +7,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dpjax import accounting as accounting_lib
-from dpjax.training import registry
 
-__all__ = ["FitResult", "from_plan", "standard_error"]
+__all__ = ["FitResult", "from_arrays", "standard_error"]
 
 
 class FitResult(NamedTuple):
@@ -144,44 +142,15 @@ def standard_error(excess: np.ndarray) -> float:
   return float(np.std(excess, ddof=1) / math.sqrt(r)) if r > 1 else 0.0
 
 
-def from_plan(plan, params, losses, resets, state, excess, final_excess, *, rho, epsilon, delta,
-            method, loss_star, ridge, seconds_compile, seconds_run) -> FitResult:
-  repeats = plan.repeats
+def from_arrays(*, params: np.ndarray, excess_losses: np.ndarray, auto_reason: str = "",
+                **fields: Any) -> FitResult:
+  """A :class:`FitResult` whose mean, standard error, ``repeats`` and ``d`` follow from the arrays.
+
+  ``params`` ``[repeats, d]``, ``excess_losses`` ``[repeats]``; ``fields``
+  are the remaining :class:`FitResult` fields (``opt_state`` for the states).
+  """
   params = np.asarray(params)
-  se = standard_error(excess)
-  return FitResult(
-      params=params,
-      losses=np.asarray(losses),
-      excess_losses=excess,
-      excess_loss_mean=float(np.mean(excess)),
-      excess_loss_se=se,
-      loss_star=float(loss_star),
-      ridge=float(ridge),
-      rho=float(rho),
-      epsilon=float(epsilon),
-      delta=float(delta),
-      accounting=method,
-      algorithm=plan.algorithm,
-      n=int(plan.n),
-      d=int(plan.d),
-      steps=plan.steps,
-      repeats=repeats,
-      seconds_compile=seconds_compile,
-      seconds_run=seconds_run,
-      guard_resets=np.asarray(resets, np.int64),
-      rho_spent=np.atleast_1d(accounting_lib.spent_rho(state.accountant)),
-      opt_state=state,
-      average=plan.average,
-      final_excess_losses=final_excess,
-      gradient_evaluations=plan.steps,
-      curvature_evaluations=_curvature_evaluations(plan),
-      options=dict(plan.options),
-      auto_reason=plan.reason,
-      seed=plan.seed,
-  )
-
-
-def _curvature_evaluations(plan: Any) -> int:
-  if plan.release_every is not None:
-    return -(-plan.steps // plan.release_every)
-  return plan.steps if registry.SPECS[plan.algorithm][2] is not None else 0
+  excess = np.asarray(excess_losses)
+  return FitResult(params=params, excess_losses=excess, excess_loss_mean=float(np.mean(excess)),
+                   excess_loss_se=standard_error(excess), repeats=int(excess.shape[0]),
+                   d=int(params.shape[1]), auto_reason=auto_reason, **fields)

@@ -74,6 +74,7 @@ from dpjax import data as data_lib
 from dpjax.problem import minibatch
 from dpjax import online
 from dpjax.problem import solve
+from dpjax.training import result as result_lib
 from dpjax.mechanisms import tree_aggregation as ta
 from dpjax import transforms
 from dpjax.transforms import averaging
@@ -442,8 +443,9 @@ def stream_order(key: jax.Array, n: int, steps: int, batch_size: int) -> jax.Arr
   return jax.random.permutation(key, n)[:steps * batch_size].reshape(steps, batch_size)
 
 
-def execute(plan: StreamPlan, *, rho: float, seed: int | None, timing_runs: int) -> dict:
-  """Compiles and runs ``plan`` (all repeats in one ``jit`` of a ``vmap``); host arrays out.
+def execute(plan: StreamPlan, *, rho: float, epsilon: float, delta: float, accounting: str,
+            seed: int | None, timing_runs: int) -> result_lib.FitResult:
+  """Compiles and runs ``plan`` (all repeats in one ``jit`` of a ``vmap``): its :class:`dpjax.training.FitResult`.
 
   The run's key is ``dpjax._common.run_key(seed)``: fresh OS entropy for
   ``seed=None``, else every bit of the int seed (:func:`dpjax.fit`). Repeat
@@ -476,12 +478,17 @@ def execute(plan: StreamPlan, *, rho: float, seed: int | None, timing_runs: int)
   loss_star, ridge = optimum_loss(x, y, plan.loss)
   both = host_losses(np.concatenate([out, w_last]), x, y, plan.loss)
   r = plan.repeats
-  return dict(params=np.asarray(out), losses=np.concatenate([np.asarray(losses), both[:r, None]],
-                                                            axis=1),
-              excess_losses=both[:r] - loss_star, final_excess_losses=both[r:] - loss_star,
-              loss_star=loss_star, ridge=ridge, state=state,
-              rho_spent=np.atleast_1d(accounting_lib.spent_rho(accountant_of(state))),
-              seconds_compile=seconds_compile, seconds_run=seconds_run)
+  return result_lib.from_arrays(
+      params=np.asarray(out),
+      losses=np.concatenate([np.asarray(losses), both[:r, None]], axis=1),
+      excess_losses=both[:r] - loss_star, final_excess_losses=both[r:] - loss_star,
+      loss_star=float(loss_star), ridge=float(ridge), rho=float(rho), epsilon=float(epsilon),
+      delta=float(delta), accounting=accounting, algorithm=plan.algorithm, n=int(plan.n),
+      steps=plan.steps, seconds_compile=seconds_compile, seconds_run=seconds_run,
+      guard_resets=np.zeros(r, np.int64),
+      rho_spent=np.atleast_1d(accounting_lib.spent_rho(accountant_of(state))), opt_state=state,
+      average=plan.average, gradient_evaluations=plan.steps, curvature_evaluations=0,
+      options=dict(plan.options), batch_size=plan.batch_size, loss=plan.loss, seed=seed)
 
 
 def check_transform(plan: StreamPlan, rho: float) -> None:
