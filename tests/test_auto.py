@@ -69,20 +69,22 @@ def test_steps_grow_with_the_budget_and_stay_in_range():
     assert lo <= c.steps <= hi
 
 
+_AUTO_DS = dict(seed=1, n=600, d=5)
+_AUTO_EPS = [0.05, 8.0]
+
+
 def test_choose_reads_no_data_values():
   # Two datasets of the same shape (different values and labels) get the same
-  # choice: the rule sees n, d and the budget only.
-  a = data.synthetic(0, n=800, d=6)
-  b = data.synthetic(5, n=800, d=6)
-  ra = fit_lib.fit(a, "auto", epsilon=2.0, repeats=2)
-  rb = fit_lib.fit(b, "auto", epsilon=2.0, repeats=2)
+  # choice: the rule sees n, d and the budget only. (The shape, budget and repeats of
+  # auto_choices_and_manual_fits' second fit: the same compiled program.)
+  n, d = _AUTO_DS["n"], _AUTO_DS["d"]
+  a = data.synthetic(0, n=n, d=d)
+  b = data.synthetic(5, n=n, d=d)
+  ra = fit_lib.fit(a, "auto", epsilon=_AUTO_EPS[1], repeats=3)
+  rb = fit_lib.fit(b, "auto", epsilon=_AUTO_EPS[1], repeats=3)
   assert (ra.algorithm, ra.steps, ra.average, ra.options, ra.auto_reason) == (
       rb.algorithm, rb.steps, rb.average, rb.options, rb.auto_reason)
   assert not np.allclose(ra.params, rb.params)
-
-
-_AUTO_DS = dict(seed=1, n=600, d=5)
-_AUTO_EPS = [0.05, 8.0]
 
 
 @pytest.fixture(scope="module")
@@ -137,5 +139,7 @@ def test_the_floor_is_the_one_precond_gd_releases_with(n, d, rho):
   tx = transforms.dp_precond_gd(n=n, rho=rho, steps=8, curvature_frac=auto.CURVATURE_FRAC,
                                 kappa=auto.KAPPA, key=0)
   w = jax.numpy.zeros(d)
-  _, state = tx.update(jax.numpy.zeros(d), tx.init(w), w, curvature_matrix=jax.numpy.eye(d) / 4)
+  # One compiled update (op by op, each of its ops would compile on its own).
+  update = jax.jit(lambda g, state, w, h: tx.update(g, state, w, curvature_matrix=h))
+  _, state = update(jax.numpy.zeros(d), tx.init(w), w, jax.numpy.eye(d) / 4)
   np.testing.assert_allclose(float(state.eigenvalue_floor), choice.eigenvalue_floor, rtol=1e-6)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import check_demo_output, run_cli
+from conftest import check_demo_output, known_optima, run_cli
 from dpjax import accounting, cli, data, training as fit_lib
 
 _JSON_FIELDS = {
@@ -20,6 +20,17 @@ _JSON_FIELDS = {
     "curvature_evaluations", "options", "auto_reason", "batch_size", "loss", "private",
     "curvature_batch_size", "seed", "neighbouring",
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _known_synthetic_optimum():
+  """``--data synthetic``'s float64 optimum from conftest.KNOWN_OPTIMA, not a Newton solve.
+
+  The solver is tested in test_solve.py; here the optimum is reporting only (the
+  tests compare the CLI's numbers with the library's, both against the same value).
+  """
+  with known_optima():
+    yield
 
 
 def _libsvm_file(tmp_path, n=60, labels=(0, 1)):
@@ -302,7 +313,7 @@ class _Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("ext", ["png", "svg"])
-def test_fit_plot_writes_the_loss_curve(tmp_path, capsys, monkeypatch, ext):
+def test_fit_plot_writes_the_loss_curve(tmp_path, capsys, ext):
   out = tmp_path / f"loss.{ext}"
   argv = ["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1", "--steps", "6",
           "--repeats", "2", "--average", "last-half", "--plot", str(out)]
@@ -317,17 +328,21 @@ def test_fit_plot_writes_the_loss_curve(tmp_path, capsys, monkeypatch, ext):
     assert "dp-gd on synthetic(seed=0)" in text and "last-half average" in text
   assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left
   tty = _Terminal()
-  monkeypatch.setattr(sys, "stderr", tty)
-  assert cli.main(argv) == 0
+  # pytest.MonkeyPatch, not the fixture: only sys.stderr is replaced, no library function, so
+  # the compiled programs stay shared (tests/conftest.py drops them for the fixture).
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(sys, "stderr", tty)
+    assert cli.main(argv) == 0
   frames = tty.getvalue().split("\r")
   assert "dpjax fit [" in frames[1] and "load synthetic" in frames[1]
   assert "3/3" in frames[-1] and frames[-1].rstrip().endswith("done")
 
 
-def test_fit_plot_without_matplotlib_fails_before_therun_cli(tmp_path, capsys, monkeypatch):
-  monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-  code, err = run_cli(["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1",
-                    "--steps", "2", "--plot", str(tmp_path / "loss.png")], capsys)
+def test_fit_plot_without_matplotlib_fails_before_therun_cli(tmp_path, capsys):
+  with pytest.MonkeyPatch.context() as mp:  # no library function replaced: see above
+    mp.setitem(sys.modules, "matplotlib.figure", None)
+    code, err = run_cli(["fit", "--data", "synthetic", "--algorithm", "dp-gd", "--epsilon", "1",
+                         "--steps", "2", "--plot", str(tmp_path / "loss.png")], capsys)
   assert code == 2 and "pip install 'dpjax[plot]'" in err
   assert list(tmp_path.iterdir()) == []
 

@@ -67,9 +67,17 @@ def _assert_finite(res, label: str = "", *, spends_all: bool = True) -> None:
     assert np.all(spent <= res.epsilon * (1 + 1e-6)), (label, spent, res.epsilon)
 
 
+# The sweep's shape. The degenerate full-batch datasets below have it too (but d > n) and
+# run the same fit_levels call (budgets, steps, repeats): a fit_levels program is keyed on
+# the algorithm, shapes and settings, never on the data values or the budgets (traced), so
+# each algorithm compiles once for the whole file.
+SWEEP_N, SWEEP_D = 200, 5
+SWEEP_KW = dict(steps=4, repeats=2)
+
+
 @pytest.fixture(scope="module")
 def sweep_data():
-  return data.synthetic(0, n=200, d=5)
+  return data.synthetic(0, n=SWEEP_N, d=SWEEP_D)
 
 
 # ----------------------------------------------------------------------------
@@ -80,13 +88,13 @@ def sweep_data():
 @pytest.mark.parametrize("algorithm", ["dp-gd", "hess-clip", "hess-add", "qu-clip", "precond-gd"])
 def test_full_batch_epsilon_sweep_is_finite(algorithm, sweep_data):
   # One compiled program for the four levels (the budget is traced).
-  results = training.fit_levels(sweep_data, algorithm, epsilons=EPSILONS, steps=4, repeats=2)
+  results = training.fit_levels(sweep_data, algorithm, epsilons=EPSILONS, **SWEEP_KW)
   for eps, res in zip(EPSILONS, results):
     _assert_finite(res, f"{algorithm} eps={eps}")
     assert res.epsilon == pytest.approx(eps, rel=1e-9)
     np.testing.assert_allclose(res.rho_spent, res.rho, rtol=1e-5)
   with pytest.raises(ValueError, match="cannot be certified"):
-    training.fit_levels(sweep_data, algorithm, epsilons=[1.0, 1e3], steps=4, repeats=2)
+    training.fit_levels(sweep_data, algorithm, epsilons=[1.0, 1e3], **SWEEP_KW)
 
 
 # The minibatch, cubic and streaming paths compile once per budget (their
@@ -150,14 +158,14 @@ def test_calibration_above_the_reachable_epsilon_stays_off_the_cliff():
 # 2. Degenerate data.
 # ----------------------------------------------------------------------------
 
-# Two budgets for the price of one compile (fit_levels) for the full-batch
-# algorithms; the minibatch and streaming ones run at epsilon = 1.
-LEVELS = [0.1, 10.0]
+# The full-batch algorithms run the sweep's budgets and settings (fit_levels: with the
+# sweep's shape, the sweep's compiled program); the minibatch and streaming ones run at
+# epsilon = 1.
 
 
 def _run(ds, algorithm) -> list:
   if algorithm in training.ALGORITHMS:
-    return training.fit_levels(ds, algorithm, epsilons=LEVELS, steps=3, repeats=2)
+    return training.fit_levels(ds, algorithm, epsilons=EPSILONS, **SWEEP_KW)
   b = max(1, len(ds[1]) // 4)
   kwargs = {"otb": dict(batch_size=b), "dp-sgd": dict(steps=3, batch_size=b),
             "newton-minibatch": dict(steps=3, batch_size=b, min_eigenvalue=0.1)}[algorithm]
@@ -181,8 +189,8 @@ def test_more_features_than_examples():
 
 
 def _identical_rows():
-  x, y = data.synthetic(2, n=1, d=6)
-  return np.repeat(np.asarray(x), 40, axis=0), np.repeat(np.asarray(y), 40)
+  x, y = data.synthetic(2, n=1, d=SWEEP_D)
+  return np.repeat(np.asarray(x), SWEEP_N, axis=0), np.repeat(np.asarray(y), SWEEP_N)
 
 
 def _every_row_twice():
@@ -203,15 +211,15 @@ def test_duplicate_rows(case, algorithm):
 
 
 def test_single_class():
-  x, _ = data.synthetic(4, n=60, d=6)
-  for res in _run((np.asarray(x), np.ones(60, np.float32)), "dp-gd"):
+  x, _ = data.synthetic(4, n=SWEEP_N, d=SWEEP_D)
+  for res in _run((np.asarray(x), np.ones(SWEEP_N, np.float32)), "dp-gd"):
     _assert_finite(res, "single class")
     assert res.ridge == 0.0  # rows on the sphere: not separable from one side.
 
 
 @pytest.mark.parametrize("case, algorithm", [("some", "dp-sgd"), ("all", "precond-gd")])
 def test_zero_rows(case, algorithm):
-  x, y = (np.array(a) for a in data.synthetic(5, n=60, d=6))
+  x, y = (np.array(a) for a in data.synthetic(5, n=SWEEP_N, d=SWEEP_D))
   if case == "some":
     x[::3] = 0.0  # zero per-example gradients: clipping divides by their norm.
   else:
@@ -220,16 +228,16 @@ def test_zero_rows(case, algorithm):
     _assert_finite(res, f"{case} {algorithm}")
     if case == "all":  # every margin is 0: the loss is log 2 at any w.
       assert res.loss_star == pytest.approx(np.log(2.0), abs=1e-12)
-      # atol 1e-12: log 2 minus log 2, both float64 means over 60 rows (~1e-16 rounding).
+      # atol 1e-12: log 2 minus log 2, both float64 means over 200 rows (~1e-16 rounding).
       np.testing.assert_allclose(res.excess_losses, 0.0, atol=1e-12)
 
 
 def _separable():
   """Labels ``sign(<x, u>)`` with margin >= 0.05: no minimiser, ``||w*||`` unbounded."""
-  x, _ = (np.asarray(a) for a in data.synthetic(7, n=200, d=6))
-  margin = x @ (np.ones(6) / np.sqrt(6.0))
+  x, _ = (np.asarray(a) for a in data.synthetic(7, n=300, d=SWEEP_D))  # 281 rows kept
+  margin = x @ (np.ones(SWEEP_D) / np.sqrt(SWEEP_D))
   keep = np.abs(margin) > 0.05
-  return x[keep][:60], np.sign(margin[keep][:60]).astype(np.float32)
+  return x[keep][:SWEEP_N], np.sign(margin[keep][:SWEEP_N]).astype(np.float32)
 
 
 def test_separable_data_with_a_large_optimum():
@@ -244,7 +252,7 @@ def test_separable_optimum_has_a_large_norm_and_a_finite_loss():
   # 0 <= loss_star is exact: a float64 mean of logaddexp(0, .) >= 0 values, no rounding slack.
   assert ridge == training.SEPARABLE_RIDGE and 0.0 <= loss_star < 1e-3
   opt = solve.logistic_optimum(np.asarray(x, np.float64), np.asarray(y, np.float64), ridge=ridge)
-  assert np.linalg.norm(opt.w) > 50.0  # about 90 at ridge 1e-9; unbounded as the ridge -> 0.
+  assert np.linalg.norm(opt.w) > 50.0  # about 140 at ridge 1e-9; unbounded as the ridge -> 0.
   assert np.isfinite(opt.loss) and opt.loss == pytest.approx(loss_star, abs=1e-12)
 
 

@@ -10,12 +10,20 @@ import optax
 import pytest
 
 import dpjax
-from conftest import shared_data_file
-import dpjax
+from conftest import known_optima, shared_data_file
 from dpjax import accounting, compiled, data, training as fit_lib
 from dpjax.problem import solve
 
 N, D = 400, 4
+
+# The per-level runs of test_fit_levels_matches_fit_per_level: level i is
+# fit(small, algorithm, epsilon=_LEVEL_EPS[i], accounting=_LEVEL_METHODS[i], **_LEVEL_KW).
+# Tests of other properties of such a run use these settings too, so its whole-run program
+# (dpjax.compiled: keyed on the algorithm, options, steps, repeats, init and budget) is
+# compiled once for the file, not once per test.
+_LEVEL_EPS = [0.5, 2.0, 2.0]
+_LEVEL_METHODS = ["gaussian", "paper", "gaussian"]
+_LEVEL_KW = dict(steps=4, repeats=3, seed=7, init="random-unit")
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +74,21 @@ def test_result_fields_and_shapes(algorithm, small):
   assert not np.asarray(res.opt_state.budget_exhausted).any()
 
 
+_EPS, _DELTA = 0.7, 1e-5
+# dp-gd's budget in test_epsilon_conversion_and_accountant_total (accounting "paper"): the
+# rho-given and seed tests below run at it (steps=3, repeats=2), so the four tests share one
+# compiled dp-gd program.
+_RHO = accounting.epsilon_to_zcdp(_EPS, _DELTA, "paper")
+
+
 @pytest.mark.parametrize(
     "method,algorithm",
     list(zip(accounting.METHODS, ("dp-gd", "hess-clip", "qu-add", "hess-add"))),
 )
 def test_epsilon_conversion_and_accountant_total(method, algorithm, small):
-  eps, delta = 0.7, 1e-5
-  res = fit_lib.fit(small, algorithm, epsilon=eps, delta=delta, steps=3, accounting=method)
+  eps, delta = _EPS, _DELTA
+  res = fit_lib.fit(small, algorithm, epsilon=eps, delta=delta, steps=3, repeats=2,
+                    accounting=method)
   rho = accounting.epsilon_to_zcdp(eps, delta, method)
   assert (res.rho, res.epsilon, res.delta, res.accounting) == (rho, eps, delta, method)
   np.testing.assert_allclose(res.rho_spent, rho, rtol=1e-9)
@@ -81,14 +97,15 @@ def test_epsilon_conversion_and_accountant_total(method, algorithm, small):
 
 @pytest.mark.parametrize("method", accounting.METHODS)
 def test_rho_given_reports_epsilon(method, small):
-  res = fit_lib.fit(small, "dp-gd", rho=0.05, steps=2, accounting=method)
-  assert res.rho == 0.05
-  assert res.epsilon == accounting.zcdp_to_epsilon(0.05, 1.0 / N**2, method)
-  np.testing.assert_allclose(res.rho_spent, 0.05, rtol=1e-9)
+  res = fit_lib.fit(small, "dp-gd", rho=_RHO, steps=3, repeats=2, accounting=method)
+  assert res.rho == _RHO
+  assert res.epsilon == accounting.zcdp_to_epsilon(_RHO, 1.0 / N**2, method)
+  np.testing.assert_allclose(res.rho_spent, _RHO, rtol=1e-9)
 
 
 def test_repeats_independent_and_reproducible(small):
-  kw = dict(rho=0.1, steps=3, repeats=3, init="random-unit")
+  kw = dict(_LEVEL_KW, epsilon=_LEVEL_EPS[0])  # one program for the three calls
+  del kw["seed"]
   a = fit_lib.fit(small, "hess-clip", seed=7, **kw)
   b = fit_lib.fit(small, "hess-clip", seed=7, **kw)
   c = fit_lib.fit(small, "hess-clip", seed=8, **kw)
@@ -103,7 +120,7 @@ def test_repeats_independent_and_reproducible(small):
 # ----------------------------------------------------------------------------
 # Seeds: fresh OS entropy by default; an explicit seed reproduces and is recorded.
 
-_SEED_KW = dict(rho=0.5, steps=2, repeats=2)  # dp-gd on `small`: one quick compilation a call
+_SEED_KW = dict(rho=_RHO, steps=3, repeats=2)  # dp-gd on `small`: the program of the tests above
 
 
 def test_default_seed_is_fresh_and_not_recorded(small):
@@ -131,14 +148,19 @@ def test_explicit_seed_reproduces_bit_for_bit_and_is_recorded(small):
 def test_seed_below_2_32_keeps_the_jax_random_key(small):
   # Results made before seeds were widened reproduce: seed s < 2**32 is jax.random.key(s).
   res = fit_lib.fit(small, "dp-gd", seed=7, **_SEED_KW)
-  one = fit_lib.repeat_fn("dp-gd", dict(n=N, steps=2), d=D)
+  one = fit_lib.repeat_fn("dp-gd", dict(n=N, steps=_SEED_KW["steps"]), d=D)
   run = jax.jit(jax.vmap(lambda k, x, y: one(k, res.rho, x, y)[0], in_axes=(0, None, None)))
   old = run(jax.random.split(jax.random.key(7), 2), small.x, small.y)
   np.testing.assert_allclose(res.params, old, rtol=1e-6, atol=1e-7)
 
 
+# dp-gd fit_levels on `small`: one program (the levels' budgets are traced), shared by the
+# tests below.
+_FIT_LEVELS_KW = dict(epsilons=[1.0, 1.0, 4.0], steps=2, repeats=2)
+
+
 def test_fit_levels_seeds(small):
-  kw = dict(epsilons=[1.0, 1.0, 4.0], steps=2, repeats=2)
+  kw = _FIT_LEVELS_KW
   a = fit_lib.fit_levels(small, "dp-gd", **kw)
   b = fit_lib.fit_levels(small, "dp-gd", **kw)
   assert [r.seed for r in a] == [None] * 3
@@ -173,16 +195,19 @@ def test_guard_resets_to_random_unit_start(small):
   assert res.losses[0, 0] != res.losses[1, 0]
 
 
-def test_guard_default_never_fires_and_loss_decreases():
-  ds = data.synthetic(0, n=2000, d=10)
-  res = fit_lib.fit(ds, "hess-clip", epsilon=1.0, steps=5, repeats=3, init="random-unit", seed=0)
+def test_guard_default_never_fires_and_loss_decreases(small):
+  # Level 1 of test_fit_levels_matches_fit_per_level[hess-clip] (the same program).
+  res = fit_lib.fit(small, "hess-clip", epsilon=_LEVEL_EPS[1], accounting=_LEVEL_METHODS[1],
+                    **_LEVEL_KW)
   assert res.guard_resets.tolist() == [0, 0, 0]
   assert (res.losses[:, -1] < res.losses[:, 0]).all()
 
 
 def test_no_noise_newton_reaches_optimum():
   ds = data.synthetic(0)
-  with pytest.warns(dpjax.PrivacyLeakWarning, match="disable_noise_for_testing=True"):
+  # Its float64 optimum from conftest.KNOWN_OPTIMA (the solver is tested in test_solve.py).
+  with known_optima(), pytest.warns(dpjax.PrivacyLeakWarning,
+                                    match="disable_noise_for_testing=True"):
     res = fit_lib.fit(ds, "hess-clip", rho=1e3, steps=8, disable_noise_for_testing=True)
   assert res.private is False  # no noise: not a private release
   # Float64 rounding: each mean loss over n = 10,000 rows is off by ~1e-15 (-1.7e-15 was
@@ -199,9 +224,10 @@ def test_separable_data_uses_ridge():
 
 
 def test_accepts_jax_arrays_and_tuples(small):
-  a = fit_lib.fit(small, "qu-clip", rho=0.5, steps=2, seed=3)
-  b = fit_lib.fit((jax.numpy.asarray(small.x), jax.numpy.asarray(small.y)), "qu-clip", rho=0.5,
-                  steps=2, seed=3)
+  # The settings of test_result_fields_and_shapes[qu-clip]: its program (XLA's disk cache).
+  kw = dict(epsilon=1.0, steps=3, repeats=2, seed=5)
+  a = fit_lib.fit(small, "qu-clip", **kw)
+  b = fit_lib.fit((jax.numpy.asarray(small.x), jax.numpy.asarray(small.y)), "qu-clip", **kw)
   np.testing.assert_array_equal(a.params, b.params)
 
 
@@ -343,10 +369,8 @@ def test_float64_matches_float32(x64):
                                              ("hess-clip", (0, 1))],
                          ids=["dp-gd", "precond-gd", "hess-clip"])
 def test_fit_levels_matches_fit_per_level(algorithm, rerun, small):
-  eps = [0.5, 2.0, 2.0]
-  methods = ["gaussian", "paper", "gaussian"]
-  many = fit_lib.fit_levels(small, algorithm, epsilons=eps, accounting=methods, steps=4,
-                            repeats=3, seed=7, init="random-unit")
+  eps, methods = _LEVEL_EPS, _LEVEL_METHODS
+  many = fit_lib.fit_levels(small, algorithm, epsilons=eps, accounting=methods, **_LEVEL_KW)
   assert len(many) == 3
   for i, (res, e, m) in enumerate(zip(many, eps, methods)):
     if i not in rerun:
@@ -355,8 +379,7 @@ def test_fit_levels_matches_fit_per_level(algorithm, rerun, small):
       np.testing.assert_allclose(res.rho_spent, rho, rtol=1e-6)
       assert res.seconds_run == many[0].seconds_run
       continue
-    one = fit_lib.fit(small, algorithm, epsilon=e, accounting=m, steps=4, repeats=3, seed=7,
-                      init="random-unit")
+    one = fit_lib.fit(small, algorithm, epsilon=e, accounting=m, **_LEVEL_KW)
     assert (res.epsilon, res.accounting, res.rho) == (one.epsilon, one.accounting, one.rho)
     np.testing.assert_allclose(res.params, one.params, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(res.excess_losses, one.excess_losses, rtol=1e-3, atol=1e-7)
@@ -391,8 +414,9 @@ def test_fit_levels_bad_input(kwargs, error, match, small):
 
 
 def test_timing_runs_keeps_results(small):
-  a = fit_lib.fit(small, "hess-clip", epsilon=1.0, steps=3, repeats=2, timing_runs=3, seed=0)
-  b = fit_lib.fit(small, "hess-clip", epsilon=1.0, steps=3, repeats=2, seed=0)
+  # The settings of test_result_fields_and_shapes[hess-clip]: its program (XLA's disk cache).
+  a = fit_lib.fit(small, "hess-clip", epsilon=1.0, steps=3, repeats=2, timing_runs=3, seed=5)
+  b = fit_lib.fit(small, "hess-clip", epsilon=1.0, steps=3, repeats=2, seed=5)
   np.testing.assert_array_equal(a.params, b.params)
 
 
@@ -425,8 +449,11 @@ def _noiseless_precond_iterates(x, y, *, rho, steps, kappa=3.0, refresh_every=No
 
 @pytest.mark.parametrize("refresh_every", [None, 2, 3])
 def test_precond_gd_fit_matches_reference_loop(refresh_every, x64):
+  # 10 steps: refresh 2 divides them (5 blocks), 3 leaves a 1-step tail (releases at 0, 3, 6, 9);
+  # with refresh_every=None the run is test_average_is_the_mean_of_the_last_iterates[
+  # precond-gd-none]'s (one program for both).
   ds = data.synthetic(3, n=300, d=4, dtype=np.float64)
-  steps, rho = 7, 50.0
+  steps, rho = 10, 50.0
   with pytest.warns(dpjax.PrivacyLeakWarning):
     res = fit_lib.fit(ds, "precond-gd", rho=rho, steps=steps, average="none",
                       refresh_every=refresh_every, disable_noise_for_testing=True)
@@ -466,7 +493,8 @@ def test_average_is_the_mean_of_the_last_iterates(algorithm, average, x64):
 def test_average_with_noise_reuses_the_same_run(small):
   # Averaging is post-processing: the same seed gives the same iterates, so
   # the final iterate of an averaged run is the output of the plain run.
-  kw = dict(epsilon=1.0, steps=8, repeats=3, seed=4)
+  # `avg` (precond-gd's default last-half) is level 0 of test_fit_levels_matches_fit_per_level.
+  kw = dict(_LEVEL_KW, epsilon=_LEVEL_EPS[0])
   plain = fit_lib.fit(small, "precond-gd", average="none", **kw)
   avg = fit_lib.fit(small, "precond-gd", average="last-half", **kw)
   np.testing.assert_array_equal(avg.final_excess_losses, plain.excess_losses)
@@ -508,7 +536,8 @@ def _std(state, name):
     ("hess-clip", {"grad_noise_std": 2.0, "trace_noise_std": 1.0}),
 ])
 def test_fit_records_the_relation_and_calibrates_to_it(algorithm, factors, small):
-  kw = dict(epsilon=1.0, steps=2, seed=3)
+  # `default` is level 0 of test_fit_levels_matches_fit_per_level (the same program).
+  kw = dict(_LEVEL_KW, epsilon=_LEVEL_EPS[0])
   default = fit_lib.fit(small, algorithm, **kw)
   replace = fit_lib.fit(small, algorithm, neighbouring="replace-one", **kw)
   assert default.neighbouring == "zero-out" and "neighbouring" not in default.options
@@ -521,11 +550,10 @@ def test_fit_records_the_relation_and_calibrates_to_it(algorithm, factors, small
 
 
 def test_fit_levels_and_auto_pass_the_relation(small):
-  levels = fit_lib.fit_levels(small, "dp-gd", epsilons=[1.0, 4.0], steps=2,
-                              neighbouring="replace-one")
-  plain = fit_lib.fit_levels(small, "dp-gd", epsilons=[1.0, 4.0], steps=2)
-  assert [r.neighbouring for r in levels] == ["replace-one"] * 2
-  assert [r.neighbouring for r in plain] == ["zero-out"] * 2
+  levels = fit_lib.fit_levels(small, "dp-gd", neighbouring="replace-one", **_FIT_LEVELS_KW)
+  plain = fit_lib.fit_levels(small, "dp-gd", **_FIT_LEVELS_KW)  # test_fit_levels_seeds' program
+  assert [r.neighbouring for r in levels] == ["replace-one"] * 3
+  assert [r.neighbouring for r in plain] == ["zero-out"] * 3
   for r, p in zip(levels, plain):
     assert _std(r.opt_state, "noise_std") == pytest.approx(2 * _std(p.opt_state, "noise_std"),
                                                            rel=1e-6)
