@@ -101,18 +101,31 @@ def test_release_schedule_and_matrix_ignored_off_schedule(jit, refresh_every):
 # ----------------------------------------------------------------------------
 
 
+_ACC_RHO, _ACC_STEPS, _ACC_FRAC = 0.0143935, 7, 0.05
+_ACCOUNTANT_TX = {}
+
+
+def _accountant_tx(refresh_every, jit):
+  """(tx, update with the matrix, update without) of test_accountant_charges_and_total, built
+  once per (refresh_every, jit): both always_pass cases run the same compiled programs."""
+  if (refresh_every, jit) not in _ACCOUNTANT_TX:
+    tx = dp_precond_gd(n=1000, rho=_ACC_RHO, steps=_ACC_STEPS, curvature_frac=_ACC_FRAC,
+                       refresh_every=refresh_every, key=0)
+    _ACCOUNTANT_TX[refresh_every, jit] = (
+        tx, maybe_jit(lambda g, s, h: tx.update(g, s, curvature_matrix=h), jit),
+        maybe_jit(lambda g, s: tx.update(g, s), jit))
+  return _ACCOUNTANT_TX[refresh_every, jit]
+
+
 @pytest.mark.parametrize("jit", [True, False])
 @pytest.mark.parametrize("always_pass", [True, False])
 @pytest.mark.parametrize("refresh_every", [None, 1, 3, 10])  # 10 > steps: one release, like None
 def test_accountant_charges_and_total(jit, always_pass, refresh_every):
   """Each step charges rho_g, each release rho_H; the total is rho; K = ceil(m / r)."""
-  rho, steps, frac, d = 0.0143935, 7, 0.05, 3
+  rho, steps, frac, d = _ACC_RHO, _ACC_STEPS, _ACC_FRAC, 3
   k = 1 if refresh_every is None else math.ceil(steps / refresh_every)
   rho_h, rho_g = frac * rho / k, (1 - frac) * rho / steps
-  tx = dp_precond_gd(n=1000, rho=rho, steps=steps, curvature_frac=frac,
-                     refresh_every=refresh_every, key=0)
-  with_h = maybe_jit(lambda g, s, h: tx.update(g, s, curvature_matrix=h), jit)
-  without = maybe_jit(lambda g, s: tx.update(g, s), jit)
+  tx, with_h, without = _accountant_tx(refresh_every, jit)
   h = jnp.asarray(_spd([0.2, 0.1, 0.05]), jnp.float32)
   state = tx.init(jnp.zeros(d))
   spent = 0.0
@@ -457,9 +470,12 @@ def test_traced_rho_matches_python_rho(refresh_every):
     state, outs = jax.lax.scan(body, tx.init(_W3), None, length=steps)
     return outs, state
 
-  outs, states = jax.jit(jax.vmap(run, in_axes=(0, None)))(jnp.asarray(rhos, jnp.float32), _H3)
+  # The traced-rho runs (vmapped) and the Python-rho references in one compiled program.
+  (outs, states), refs = jax.jit(lambda r, h: (jax.vmap(run, in_axes=(0, None))(r, h),
+                                               [run(rho, h) for rho in rhos]))(
+      jnp.asarray(rhos, jnp.float32), _H3)
   for i, rho in enumerate(rhos):
-    ref, ref_state = run(rho, _H3)
+    ref, ref_state = refs[i]
     _close(outs[i], ref, rtol=1e-4)
     np.testing.assert_allclose(states.noise_std[i], ref_state.noise_std, rtol=1e-6)
     np.testing.assert_allclose(states.eigenvalue_floor[i], ref_state.eigenvalue_floor, rtol=1e-6)
@@ -567,9 +583,13 @@ def test_replace_one_scales_gradient_noise_by_2_and_curvature_noise_by_sqrt2(x64
   assert float(z.curvature_noise_std) <= eff[0] <= 1.001 * float(z.curvature_noise_std)
 
 
+# The reference is called 400 times: jitted (one program per shape), not dispatched op by op.
+_hessian_matrix = jax.jit(lambda w, x, y: glm.logistic_grad_and_curvature(w, x, y,
+                                                                          "hessian").matrix)
+
+
 def _mean_curvature(w, x, y):
-  return np.asarray(glm.logistic_grad_and_curvature(jnp.asarray(w), jnp.asarray(x),
-                                                    jnp.asarray(y), "hessian").matrix)
+  return np.asarray(_hessian_matrix(jnp.asarray(w), jnp.asarray(x), jnp.asarray(y)))
 
 
 def test_replace_one_curvature_sensitivity_is_sqrt2_not_2(x64):

@@ -30,7 +30,8 @@ def _logistic(w, example):
   return jnp.logaddexp(0.0, -y * jnp.dot(w, x))
 
 
-def _mean_grad(w, x, y):
+@jax.jit
+def _mean_grad(w, x, y):  # the reference (jitted once per shape: it is called at every step)
   return jax.grad(lambda v: jnp.mean(jax.vmap(_logistic, (None, 0))(v, (x, y))))(w)
 
 
@@ -68,11 +69,12 @@ def _run(tx, steps, batches, w0, jit=False):
 @pytest.mark.parametrize("k", [1.0, 2.0])
 def test_average_is_the_beta_weighted_mean_of_the_plays(jit, k):
   x, y = _data()
+  steps = 20 if jit else 6  # each eager step dispatches op by op
   tx = online_to_batch(online.ogd(radius=1.0), batch_size=B, steps=20, rho=1.0, k=k,
                            clip_norm=10.0, loss="logistic", key=1)
-  _, plays, averages = _run(tx, 20, lambda t: (x, y), jnp.zeros(DIM), jit=jit)
-  beta = np.arange(1, 21, dtype=np.float64) ** k
-  for t in range(1, 21):
+  _, plays, averages = _run(tx, steps, lambda t: (x, y), jnp.zeros(DIM), jit=jit)
+  beta = np.arange(1, steps + 1, dtype=np.float64) ** k
+  for t in range(1, steps + 1):
     want = (beta[:t, None] * plays[:t]).sum(0) / beta[:t].sum()
     np.testing.assert_allclose(averages[t - 1], want, rtol=1e-5, atol=1e-6)
 
@@ -113,19 +115,33 @@ def test_noiseless_deterministic_sum_is_the_gradient_at_x_t(path, k):
 
 def test_clipping_is_a_no_op_within_the_smoothness_bound():
   """C_0 = k G + (k+1) D H with G = 1, H = 1/4 (logistic, ||x|| <= 1), D = 2R: nothing is clipped."""
-  for k in (1.0, 2.0):
-    radius = 1.0
-    c0 = difference_clip_bound(k, 1.0, 0.25, 2 * radius)
+  radius, steps = 1.0, 30
+  xs, ys = (jnp.stack(a) for a in zip(*[_data(100 + t) for t in range(steps)]))
 
-    def run(clip):
-      tx = online_to_batch(online.ogd(radius=radius), batch_size=B, steps=30, rho=1.0, k=k,
-                               clip_norm=clip, loss="logistic", key=2,
-                               disable_noise_for_testing=True)
-      return _run(tx, 30, lambda t: _data(100 + t), jnp.zeros(DIM), jit=True)[2]
+  def averages(k, clip):
+    """The averages after each of `steps` updates on fresh batches, in one lax.scan."""
+    tx = online_to_batch(online.ogd(radius=radius), batch_size=B, steps=steps, rho=1.0, k=k,
+                         clip_norm=clip, loss="logistic", key=2, disable_noise_for_testing=True)
 
-    np.testing.assert_allclose(run(c0), run(1e9), rtol=1e-5, atol=1e-7)
+    def body(carry, batch):
+      p, s = carry
+      u, s = tx.update(None, s, p, batch=batch)
+      p = optax.apply_updates(p, u)
+      return (p, s), p
+
+    w0 = jnp.zeros(DIM)
+    return jax.lax.scan(body, (w0, tx.init(w0)), (xs, ys))[1]
+
+  ks = (1.0, 2.0)
+  c0s = [difference_clip_bound(k, 1.0, 0.25, 2 * radius) for k in ks]
+  # Every run in one compiled program: (at C_0, unclipped, far below C_0) for each k.
+  runs = jax.jit(lambda: [[averages(k, clip) for clip in (c0, 1e9, 0.01 * c0)]
+                          for k, c0 in zip(ks, c0s)])()
+  for at_c0, unclipped, below in runs:
+    at_c0, unclipped, below = (np.asarray(a, np.float64) for a in (at_c0, unclipped, below))
+    np.testing.assert_allclose(at_c0, unclipped, rtol=1e-5, atol=1e-7)
     # Negative control: a clip bound far below C_k changes the trajectory.
-    assert np.max(np.abs(run(0.01 * c0) - run(1e9))) > 1e-3
+    assert np.max(np.abs(below - unclipped)) > 1e-3
 
 
 def test_the_learner_sees_only_tree_noised_sums():

@@ -125,7 +125,9 @@ def test_each_node_is_released_through_the_noise_module(jit):
   key = jax.random.key(5)
   sched = lambda t: 1.0 + 0.1 * t.astype(jnp.float32)  # noqa: E731  (increasing: D_i = s(i))
   rng = np.random.default_rng(0)
-  inputs = [jnp.asarray(rng.normal(size=D), jnp.float32) for _ in range(15)]
+  # 15 steps (every node of a 4-level tree) under jit; eagerly, each step dispatches op by
+  # op: 7 steps (every level up to 3, and nodes that are released while others are held).
+  inputs = [jnp.asarray(rng.normal(size=D), jnp.float32) for _ in range(15 if jit else 7)]
   st = ta.tree_init(jnp.zeros(D), num_levels=4, key=key)
   _, states = _steps(st, inputs, "buffered", jit=jit, sensitivity=sched, noise_multiplier=2.0)
   # Eagerly both plan on the host, under jit both in the graph.
@@ -281,13 +283,13 @@ def test_decreasing_schedule_takes_the_node_maximum():
   assert float(ta.prefix_variance(st)) == pytest.approx(64.0)
 
 
-def test_float_noise_opt_out_has_the_same_scale():
+def test_float_noise_opt_out_has_the_same_scale(buffered_draws):
   """exact=False (unsafe_float_noise): float noise, same variance; not grid-valued."""
   ghats, var = _draws("buffered", steps=8, exact=False)
   for t in (1, 3, 7, 8):
     assert abs(scale_z(ghats[:, t - 1], var[t - 1])) < Z_MAX
   gamma = 2.0 ** noise.plan(1.0, 1.0, D).exponent
-  exact_ghats, _ = _draws("buffered", steps=8)
+  exact_ghats, _ = buffered_draws  # the same keys and tree, exact noise (its first step: N_1)
   assert np.all(np.mod(exact_ghats[:, 0] / gamma, 1.0) == 0)  # N_1 is gamma times an integer
   assert not np.all(np.mod(ghats[:, 0] / gamma, 1.0) == 0)
 
@@ -469,9 +471,9 @@ def test_accounting_matches_dp_accounting():
     if steps <= 1000:
       tx = ta.tree_prefix_sum(num_levels=ta.num_levels_for(steps), noise_multiplier=c, key=0)
       st = tx.init(jnp.zeros(1))
-      step = jax.jit(tx.update)
-      for _ in range(steps):
-        _, st = step(jnp.zeros(1), st)
+      # `steps` updates in one jitted scan (not one dispatch per step).
+      st = jax.jit(lambda s: jax.lax.scan(lambda s, _: (tx.update(jnp.zeros(1), s)[1], None),
+                                          s, None, length=steps)[0])(st)
       assert accounting.spent_rho(st.accountant) == pytest.approx(ours, rel=1e-6)
 
 
