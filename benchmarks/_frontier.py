@@ -36,9 +36,9 @@ Protocol:
      learning rate eta in {1, 2, 4}, output in {none, last-half, last-quarter}
      (none is the final iterate of the last-half runs; last-quarter runs at
      eta = 1 only), curvature_frac 0.03.
-  6. ``auto``: no tuning; ``dpjax.auto.choose(n, d, epsilon, delta)`` per eps,
+  6. ``auto``: no tuning; ``dpjax.training.auto.choose(n, d, epsilon, delta)`` per eps,
      run with ``dpjax.fit`` on the fresh repeats only. Skipped, with a note,
-     while ``dpjax.auto`` does not import.
+     while ``dpjax.training.auto`` does not import.
   7. ``hess-clip``, ``hess-add``, ``qu-clip``, ``qu-add``: the paper's Newton
      variants, defaults, final iterate, T in 2, 4, ..., 64; a level leaves the
      grid once its mean has risen past its best, unless that best is still above
@@ -533,11 +533,11 @@ def fresh_runs(runner: Runner, records: dict[str, dict], repeats: int) -> None:
 
 
 def auto_module() -> tuple[Any, str | None]:
-  """``(dpjax.auto, None)``, or ``(None, why)`` while it does not import."""
+  """``(dpjax.training.auto, None)``, or ``(None, why)`` while it does not import."""
   try:
     from dpjax import auto  # pylint: disable=g-import-not-at-top
   except ImportError as err:
-    return None, f"dpjax.auto does not import ({err}); the auto family is skipped."
+    return None, f"dpjax.training.auto does not import ({err}); the auto family is skipped."
   return auto, None
 
 
@@ -1004,7 +1004,7 @@ def _protocol_lines(payloads: list[dict], quick: bool) -> list[str]:
       "η ∈ {1, 2, 4}, output ∈ {none, last-half, last-quarter (η = 1 only)}, curvature_frac 0.03; Newton variants "
       "T = 2 ... 64 (paper defaults, early stop past the best); every grid halved down to T = 1 "
       "while the best is its "
-      "smallest value. auto: `dpjax.auto.choose` per eps, no tuning, fresh repeats only. "
+      "smallest value. auto: `dpjax.training.auto.choose` per eps, no tuning, fresh repeats only. "
       "(--quick uses the smaller grids of `_frontier.QUICK`.)",
       "- \"(edge)\": the best T is the largest run; \"(low edge)\": the smallest. ×dp-gd: ratio to "
       "the acceptance baseline (dp-gd η=4, final iterate, tuned T); ×FO*: ratio to the strongest "

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import accounting
-from dpjax import streaming
+from dpjax.training import streaming
 
 LOSSES = ("least_squares", "logistic")
 DIMS = (10, 100)

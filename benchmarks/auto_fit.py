@@ -1,6 +1,6 @@
 """Refits the constants of ``algorithm="auto"`` from the frontier results, and shows its limits.
 
-``dpjax.auto`` picks precond-gd's m (or averaged DP-GD's T past the
+``dpjax.training.auto`` picks precond-gd's m (or averaged DP-GD's T past the
 crossover) from the public ``n``, ``d`` and ``rho`` only, by a doubling rule
 ``m = 10 * 2^round(a + b log10(n sqrt(rho)) + c log10(d))`` at fixed
 ``kappa``, learning rate and output rule. This script re-derives those
@@ -12,7 +12,7 @@ committed results without a sweep of its own:
 * For every rule in a grid (``kappa`` and learning rate of the frontier's
   precond-gd grid, last-half output, ``a``, ``b``, ``c`` over
   :data:`A_GRID` x :data:`B_GRID` x :data:`C_GRID`; past the crossover ``d >=
-  d*(kappa)`` the cell uses averaged DP-GD at ``dpjax.auto.dp_gd_steps``),
+  d*(kappa)`` the cell uses averaged DP-GD at ``dpjax.training.auto.dp_gd_steps``),
   each cell's score is the selection mean of the configuration the rule picks
   divided by the cell's best tuned fresh mean (the acceptance denominator of
   the frontier report). A rule whose pick is not in the recorded grid is

@@ -29,6 +29,7 @@ from dpjax.transforms import (
     online_to_batch,
     precond_budget,
     single_pass_dp_sgd,
+    tree_prefix_sum,
     tail_average,
 )
 
@@ -141,7 +142,7 @@ REGISTRY: dict[str, Entry] = {
                                   steps=TREE_STEPS, rho=RHO, loss="logistic", key=key, **kw),
         None, {"batch": BATCH}, **dict(_TREE, taken="step")),
     "tree_prefix_sum": Entry(
-        lambda key, **kw: ta.tree_prefix_sum(steps=TREE_STEPS, rho=RHO, sensitivity=1.0,
+        lambda key, **kw: tree_prefix_sum(steps=TREE_STEPS, rho=RHO, sensitivity=1.0,
                                              key=key, **kw),
         G, {}, **dict(_TREE, taken="step")),
     "single_pass_dp_sgd": Entry(

@@ -1,4 +1,4 @@
-"""Tests for dpjax.auto and ``dpjax.fit(..., "auto")``: tuning-free defaults."""
+"""Tests for dpjax.training.auto and ``dpjax.fit(..., "auto")``: tuning-free defaults."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from dpjax import accounting, auto, data, training as fit_lib
+from dpjax import accounting, data, training as fit_lib
+from dpjax.training import auto
 
 
 @pytest.mark.parametrize("loss", ["hinge", "squared", "Logistic", None, 3])

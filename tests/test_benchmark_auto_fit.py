@@ -8,7 +8,7 @@ import math
 import pytest
 
 from conftest import load_benchmark
-from dpjax import auto
+from dpjax.training import auto
 
 
 @pytest.fixture(scope="module")

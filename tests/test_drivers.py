@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import dpjax
-from dpjax import accounting, data, drivers, streaming
+from dpjax import accounting, data
+from dpjax.training import drivers, streaming
 from dpjax.problem import glm, losses
 
 N, D = 600, 3

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import dpjax
-from dpjax import accounting, data, streaming, training
+from dpjax import accounting, data, training
+from dpjax.training import streaming
 from dpjax.mechanisms import sampling
 from dpjax.problem import solve
 

@@ -207,7 +207,8 @@ def test_ftrl_charges_the_tree_slack_and_offers_the_float_opt_out():
 @pytest.mark.parametrize("neighbouring", ["zero-out", "replace-one"])
 def test_default_steps_use_the_mechanisms_own_noise(neighbouring):
   """The baselines' default step sizes read the noise their transform draws, from the mechanism."""
-  from dpjax import streaming, transforms  # pylint: disable=g-import-not-at-top
+  from dpjax import transforms  # pylint: disable=g-import-not-at-top
+  from dpjax.training import streaming  # pylint: disable=g-import-not-at-top
   d, b, steps, rho = 6, 32, 40, 0.3
   tx = streaming.make_transform("single-pass-dp-sgd", d=d, batch_size=b, steps=steps, rho=rho,
                                 loss="logistic", key=0, neighbouring=neighbouring)

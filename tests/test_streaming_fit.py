@@ -1,4 +1,4 @@
-"""dpjax.fit with the streaming algorithms (dpjax.streaming): single pass, least squares, bad input."""
+"""dpjax.fit with the streaming algorithms (dpjax.training.streaming): single pass, least squares, bad input."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import dpjax
-from dpjax import accounting, streaming, training
+from dpjax import accounting, training
+from dpjax.training import streaming
 from conftest import maybe_jit
 
 _MU = {"otb-strongly-convex": {"mu": 0.05}}

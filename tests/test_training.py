@@ -247,7 +247,7 @@ def test_w8a_hess_clip_eps10_stays_finite(monkeypatch):
     ds = data.load_libsvm(shared_data_file("w8a.bz2"), preprocess="paper")
   # Skip the 8 s float64 optimum (w8a is separable: ridge 1e-9 gives this loss);
   # it is reporting only and plays no part in the run under test.
-  monkeypatch.setattr(fit_lib, "optimum_loss", lambda x, y: (0.0415643607, 1e-9))
+  monkeypatch.setattr(solve, "optimum_loss", lambda x, y: (0.0415643607, 1e-9))
   res = fit_lib.fit(ds, "hess-clip", epsilon=10.0, steps=5, repeats=2, init="random-unit")
   assert np.isfinite(res.losses).all() and np.isfinite(res.params).all()
   assert np.isfinite(res.excess_losses).all()
@@ -323,7 +323,7 @@ def test_bad_input_raises_eagerly(override, dataset, error, match, monkeypatch):
   def no_work(*args, **kwargs):
     raise AssertionError("work started before validation finished")
 
-  monkeypatch.setattr(fit_lib, "optimum_loss", no_work)
+  monkeypatch.setattr(solve, "optimum_loss", no_work)
   monkeypatch.setattr(jax, "jit", no_work)
   ds = {
       None: data.synthetic(0, n=50, d=3),

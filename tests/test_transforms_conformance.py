@@ -2,7 +2,7 @@
 
 The registry (``tests/_conformance_registry.py``) holds every transform
 factory of ``dpjax.transforms``, the GradientTransformations of
-``dpjax.baselines`` and ``dpjax.mechanisms.tree_aggregation.tree_prefix_sum``. Each test
+``dpjax.baselines`` and ``dpjax.transforms.tree_prefix_sum``. Each test
 below runs over all of it; where a property does not apply to a transform,
 the test names it in an explicit exclusion list with the reason.
 """

@@ -21,6 +21,7 @@ from conftest import Z_MAX, maybe_jit, scale_z
 from dpjax import accounting
 from dpjax.mechanisms import noise
 from dpjax.mechanisms import tree_aggregation as ta
+from dpjax.transforms import tree_prefix_sum
 
 D = 16  # coordinates per draw
 REPEATS = 2000
@@ -337,7 +338,7 @@ def test_state_memory_and_the_removed_regenerate_mode():
   assert st.exact.shape == (10, 100) and st.released.shape == (10, 100)
   assert st.variance.shape == (10,)
   for build in (lambda: ta.tree_init(jnp.zeros(2), num_levels=3, key=0, mode="regenerate"),
-                lambda: ta.tree_prefix_sum(steps=8, rho=1.0, key=0, mode="regenerate"),
+                lambda: tree_prefix_sum(steps=8, rho=1.0, key=0, mode="regenerate"),
                 lambda: ta.tree_step(st, jnp.zeros(100), sensitivity=1.0, noise_multiplier=1.0,
                                      mode="regenerate")):
     with pytest.raises(ValueError, match="mode='buffered'"):
@@ -377,7 +378,7 @@ def test_overflow_eager_raises_and_traced_signals():
 
 @pytest.mark.parametrize("jit", [False, True])
 def test_transform_charges_rho_per_level_and_the_slack_of_every_node(jit):
-  tx = ta.tree_prefix_sum(steps=20, rho=0.5, key=3)
+  tx = tree_prefix_sum(steps=20, rho=0.5, key=3)
   st = tx.init(jnp.zeros(3))
   upd = maybe_jit(tx.update, jit)
   c = ta.noise_multiplier_for(0.5, 5)
@@ -394,7 +395,7 @@ def test_transform_charges_rho_per_level_and_the_slack_of_every_node(jit):
 
 def test_honaker_charges_every_measured_node():
   """Honaker releases the h* + 1 nodes ending at t: 2T - popcount(T) nodes after T steps."""
-  tx = ta.tree_prefix_sum(steps=16, rho=0.5, key=3, mode="honaker")
+  tx = tree_prefix_sum(steps=16, rho=0.5, key=3, mode="honaker")
   leaf = {"a": jnp.zeros(2), "b": jnp.zeros((2, 2))}  # K = 6 coordinates per node
   st = tx.init(leaf)
   upd = jax.jit(tx.update)
@@ -415,7 +416,7 @@ def test_no_slack_without_exact_noise():
   for kw in ({"disable_noise_for_testing": True}, {"unsafe_float_noise": True}):
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", dpjax.PrivacyLeakWarning)
-      tx = ta.tree_prefix_sum(steps=4, rho=1.0, key=0, **kw)
+      tx = tree_prefix_sum(steps=4, rho=1.0, key=0, **kw)
     st = tx.init(jnp.zeros(2))
     for _ in range(4):
       _, st = tx.update(jnp.ones(2), st)
@@ -425,13 +426,13 @@ def test_no_slack_without_exact_noise():
 
 def test_unsafe_float_noise_warns():
   with pytest.warns(dpjax.PrivacyLeakWarning, match="unsafe_float_noise"):
-    ta.tree_prefix_sum(steps=4, rho=1.0, key=0, unsafe_float_noise=True)
+    tree_prefix_sum(steps=4, rho=1.0, key=0, unsafe_float_noise=True)
   with pytest.raises(TypeError, match="unsafe_float_noise"):
-    ta.tree_prefix_sum(steps=4, rho=1.0, key=0, unsafe_float_noise=1)
+    tree_prefix_sum(steps=4, rho=1.0, key=0, unsafe_float_noise=1)
 
 
 def test_transform_output_is_unbiased_with_the_tree_variance():
-  tx_fn = lambda k: ta.tree_prefix_sum(num_levels=4, noise_multiplier=2.0, sensitivity=0.5,  # noqa: E731
+  tx_fn = lambda k: tree_prefix_sum(num_levels=4, noise_multiplier=2.0, sensitivity=0.5,  # noqa: E731
                                        key=k)
   deltas = jnp.arange(1.0, 9.0)[:, None] * jnp.ones((1, D))
 
@@ -469,7 +470,7 @@ def test_accounting_matches_dp_accounting():
       assert tree.get_epsilon(delta) == pytest.approx(gauss.get_epsilon(delta), rel=1e-6)
     # And the transform's accountant holds the same total after `steps` leaves.
     if steps <= 1000:
-      tx = ta.tree_prefix_sum(num_levels=ta.num_levels_for(steps), noise_multiplier=c, key=0)
+      tx = tree_prefix_sum(num_levels=ta.num_levels_for(steps), noise_multiplier=c, key=0)
       st = tx.init(jnp.zeros(1))
       # `steps` updates in one jitted scan (not one dispatch per step).
       st = jax.jit(lambda s: jax.lax.scan(lambda s, _: (tx.update(jnp.zeros(1), s)[1], None),
@@ -479,7 +480,7 @@ def test_accounting_matches_dp_accounting():
 
 def test_transform_under_vmap_over_rho():
   def run(rho):
-    tx = ta.tree_prefix_sum(steps=7, rho=rho, key=0)
+    tx = tree_prefix_sum(steps=7, rho=rho, key=0)
     st = tx.init(jnp.zeros(2))
     for _ in range(7):
       _, st = tx.update(jnp.ones(2), st)
@@ -492,7 +493,7 @@ def test_transform_under_vmap_over_rho():
 
 def test_no_noise_flag_returns_the_exact_prefix():
   for mode in ta.MODES:
-    tx = ta.tree_prefix_sum(steps=4, rho=1.0, key=0, mode=mode, disable_noise_for_testing=True)
+    tx = tree_prefix_sum(steps=4, rho=1.0, key=0, mode=mode, disable_noise_for_testing=True)
     st = tx.init(jnp.zeros(2))
     for t in range(1, 5):
       g, st = tx.update(jnp.ones(2), st)
@@ -550,11 +551,11 @@ def test_step_bad_input(delta, kwargs, match):
 ])
 def test_transform_bad_input(kwargs, match):
   with pytest.raises((ValueError, TypeError), match=match):
-    ta.tree_prefix_sum(key=0, **kwargs)
+    tree_prefix_sum(key=0, **kwargs)
 
 
 def test_transform_refuses_past_capacity():
-  tx = ta.tree_prefix_sum(num_levels=1, rho=1.0, key=0)
+  tx = tree_prefix_sum(num_levels=1, rho=1.0, key=0)
   st = tx.init(jnp.zeros(1))
   _, st = tx.update(jnp.ones(1), st)
   with pytest.raises(ValueError, match="capacity"):
@@ -570,7 +571,7 @@ def test_transform_refuses_past_capacity():
 
 
 def test_transform_chains_with_extra_args():
-  tx = optax.chain(ta.tree_prefix_sum(steps=4, rho=1.0, key=0), optax.scale(-0.5))
+  tx = optax.chain(tree_prefix_sum(steps=4, rho=1.0, key=0), optax.scale(-0.5))
   st = tx.init(jnp.zeros(2))
   step = jax.jit(lambda s: tx.update(jnp.ones(2), s, jnp.zeros(2), value=1.0, unused=None))
   for _ in range(4):
@@ -586,7 +587,7 @@ def test_transform_chains_with_extra_args():
 ])
 def test_transform_refuses_a_schedule_the_node_rule_cannot_bound(schedule, match):
   with pytest.raises(ValueError, match=match):
-    ta.tree_prefix_sum(steps=8, rho=1.0, sensitivity=schedule, key=0)
+    tree_prefix_sum(steps=8, rho=1.0, sensitivity=schedule, key=0)
   # Monotone schedules, either way, are accepted.
-  ta.tree_prefix_sum(steps=8, rho=1.0, sensitivity=lambda t: 1.0 / t.astype(jnp.float32), key=0)
-  ta.tree_prefix_sum(steps=8, rho=1.0, sensitivity=lambda t: t.astype(jnp.float32), key=0)
+  tree_prefix_sum(steps=8, rho=1.0, sensitivity=lambda t: 1.0 / t.astype(jnp.float32), key=0)
+  tree_prefix_sum(steps=8, rho=1.0, sensitivity=lambda t: t.astype(jnp.float32), key=0)
