@@ -535,7 +535,7 @@ def fresh_runs(runner: Runner, records: dict[str, dict], repeats: int) -> None:
 def auto_module() -> tuple[Any, str | None]:
   """``(dpjax.training.auto, None)``, or ``(None, why)`` while it does not import."""
   try:
-    from dpjax import auto  # pylint: disable=g-import-not-at-top
+    from dpjax.training import auto  # pylint: disable=g-import-not-at-top
   except ImportError as err:
     return None, f"dpjax.training.auto does not import ({err}); the auto family is skipped."
   return auto, None

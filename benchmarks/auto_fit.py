@@ -54,7 +54,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
 
-from dpjax import auto  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax.training import auto  # noqa: E402  pylint: disable=g-import-not-at-top
 
 STEM = "auto_fit"
 A_GRID = tuple(np.round(np.arange(-4.0, 8.0 + 1e-9, 0.25), 4))
