@@ -76,8 +76,8 @@ def _ours(frame: types.FrameType) -> bool:
           or os.path.dirname(filename) == _IMPORTLIB_DIR)
 
 
-def _warn(old: str) -> None:
-  """Warns that ``old`` is deprecated, attributed to the user's line.
+def _warn(text: str) -> None:
+  """Issues the :class:`DeprecationWarning` ``text``, attributed to the user's line.
 
   The stack level counts the frames the way :func:`warnings.warn` walks them
   (skipping the frozen import machinery), up to the first frame that is
@@ -91,7 +91,7 @@ def _warn(old: str) -> None:
     while frame is not None and _internal(frame):
       frame = frame.f_back
     level += 1
-  warnings.warn(message(old), DeprecationWarning, stacklevel=level)
+  warnings.warn(text, DeprecationWarning, stacklevel=level)
 
 
 class AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -109,7 +109,7 @@ class AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     module = importlib.import_module(OLD_MODULES[spec.name])
     # The import system overwrites ``__spec__`` of what we return; exec_module puts it back.
     self._specs[spec.name] = module.__spec__
-    _warn(spec.name)
+    _warn(message(spec.name))
     return module
 
   def exec_module(self, module):
@@ -148,13 +148,8 @@ def moved_attributes(module: str, moved: dict[str, str]):
 
   def __getattr__(name: str):  # pylint: disable=invalid-name
     if name in moved:
-      stacklevel = 2
-      frame = sys._getframe(1)  # pylint: disable=protected-access
-      while frame is not None and _ours(frame):
-        stacklevel += 0 if _internal(frame) else 1
-        frame = frame.f_back
-      warnings.warn(f"{module}.{name} is deprecated and will be removed in a future release; "
-                    f"use {moved[name]}.{name}", DeprecationWarning, stacklevel=stacklevel)
+      _warn(f"{module}.{name} is deprecated and will be removed in a future release; "
+            f"use {moved[name]}.{name}")
       return getattr(importlib.import_module(moved[name]), name)
     raise AttributeError(f"module {module!r} has no attribute {name!r}")
 

@@ -53,8 +53,8 @@ name of its function, which this package exports in its place
 """
 
 from dpjax.baselines._damped_newton_core import DampedNewtonState, damped_newton_noise
-from dpjax.baselines._run import (AOP_OPTIONS, BASELINES, FACTORIES, GUARD_RADIUS, PRIVATE,
-                                  BaselineResult, run_baseline)
+from dpjax.baselines._run import (AOP_OPTIONS, BASELINES, GUARD_RADIUS, PRIVATE,
+                                  BaselineResult, accepted_options, run_baseline)
 from dpjax.baselines.aop import (
     AOPCalibration,
     _accelerated_backstop,
@@ -69,12 +69,12 @@ from dpjax.baselines.dp_gd_oracle import DPGDOracleState, dp_gd_oracle
 __all__ = [
     "AOP_OPTIONS",
     "BASELINES",
-    "FACTORIES",
     "GUARD_RADIUS",
     "AOPCalibration",
     "BaselineResult",
     "DampedNewtonState",
     "DPGDOracleState",
+    "accepted_options",
     "aop",
     "aop_calibration",
     "damped_newton",

@@ -32,7 +32,8 @@ from dpjax.baselines.damped_newton import damped_newton
 from dpjax.baselines.damped_newton_private import damped_newton_private
 from dpjax.baselines.dp_gd_oracle import dp_gd_oracle
 
-__all__ = ["AOP_OPTIONS", "BASELINES", "FACTORIES", "GUARD_RADIUS", "PRIVATE", "BaselineResult", "run_baseline"]
+__all__ = ["AOP_OPTIONS", "BASELINES", "GUARD_RADIUS", "PRIVATE", "BaselineResult",
+           "accepted_options", "run_baseline"]
 
 BASELINES = ("aop", "damped-newton", "damped-newton-private", "dp-gd-oracle")
 # The options AOP takes (its calibration's splits and the minimiser's iterations).
@@ -86,8 +87,29 @@ _WHY = {
                              "mechanisms); the step size is post-processing or public.",
     "dp-gd-oracle": "NOT private: the step size is a line search on the true loss.",
 }
-FACTORIES = {"damped-newton": damped_newton, "damped-newton-private": damped_newton_private,
+_FACTORIES = {"damped-newton": damped_newton, "damped-newton-private": damped_newton_private,
               "dp-gd-oracle": dp_gd_oracle}
+
+
+# The factory arguments run_baseline sets itself (from the data, the budget and the key).
+_SET_HERE = ("n", "rho", "steps", "rho_per_step", "key", "row_norm_bound")
+
+
+def accepted_options(name: str) -> tuple[str, ...]:
+  """The ``options`` :func:`run_baseline` takes for baseline ``name``.
+
+  AOP: :data:`AOP_OPTIONS`; an iterative baseline: its factory's keyword
+  arguments, less those :func:`run_baseline` sets itself.
+
+  Examples:
+    >>> from dpjax import baselines
+    >>> baselines.accepted_options("dp-gd-oracle")[:3]
+    ('initial_step', 'shrink', 'armijo')
+  """
+  if name == "aop":
+    return AOP_OPTIONS
+  return tuple(p.name for p in inspect.signature(_FACTORIES[name]).parameters.values()
+               if p.kind == inspect.Parameter.KEYWORD_ONLY and p.name not in _SET_HERE)
 
 
 def _keys(key: Any) -> tuple[jax.Array, bool]:
@@ -106,7 +128,7 @@ def _keys(key: Any) -> tuple[jax.Array, bool]:
 def _compiled_run(name: str, kwargs: tuple, steps: int, guard_radius: float):
   """``jit(vmap(one_run))`` over keys for one configuration (cached: repeated calls,
   e.g. over seeds or in a benchmark, compile once per data shape)."""
-  factory = FACTORIES[name]
+  factory = _FACTORIES[name]
   kwargs = dict(kwargs)
   newton = name != "dp-gd-oracle"
 
@@ -215,7 +237,7 @@ def run_baseline(
                        "(converted to epsilon at delta).")
     if epsilon is None:
       epsilon = accounting.zcdp_to_epsilon(_validate.positive_float(rho, "rho"), delta, method)
-    allowed = set(AOP_OPTIONS)
+    allowed = set(accepted_options("aop"))
     unknown = sorted(set(options) - allowed)
     if unknown:
       raise TypeError(f"unknown option(s) {unknown} for 'aop'; it takes {sorted(allowed)}.")
@@ -238,16 +260,14 @@ def run_baseline(
   _common.check_host_float(np.asarray(jax.device_get(x)), "x")  # never rounded silently
   rho, epsilon, delta = accounting.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
                                                   method=method)
-  factory = FACTORIES[name]
-  reserved = ("n", "rho", "steps", "rho_per_step", "key", "row_norm_bound")
-  for name_set in reserved:
-    if name_set in options:
-      raise TypeError(f"{name_set} is set by run_baseline; remove it from the options.")
-  accepted = [p.name for p in inspect.signature(factory).parameters.values()
-              if p.kind == inspect.Parameter.KEYWORD_ONLY and p.name not in reserved]
-  unknown = sorted(set(options) - set(accepted))
+  factory = _FACTORIES[name]
+  for reserved in _SET_HERE:
+    if reserved in options:
+      raise TypeError(f"{reserved} is set by run_baseline; remove it from the options.")
+  unknown = sorted(set(options) - set(accepted_options(name)))
   if unknown:
-    raise TypeError(f"unknown option(s) {unknown} for {name!r}; it takes {accepted}.")
+    raise TypeError(f"unknown option(s) {unknown} for {name!r}; it takes "
+                    f"{list(accepted_options(name))}.")
   kwargs = dict(n=n, rho=rho, steps=steps, row_norm_bound=row_norm_bound, **options)
   factory(key=0, **kwargs)  # constructor checks, eagerly.
   x_dev, y_dev = jnp.asarray(x), jnp.asarray(y)

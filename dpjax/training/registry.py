@@ -81,10 +81,7 @@ def check_options(algorithm: str, factory: Callable, options: dict) -> None:
         f"fit sets {reserved} itself (from the data, the budget, seed and algorithm "
         f"{algorithm!r}); remove them from the algorithm options."
     )
-  accepted = [
-      p.name for p in inspect.signature(factory).parameters.values()
-      if p.kind == inspect.Parameter.KEYWORD_ONLY and p.name not in _RESERVED
-  ]
+  accepted = list(_keyword_options(factory))
   unknown = sorted(set(options) - set(accepted))
   if unknown:
     raise TypeError(
@@ -177,11 +174,11 @@ def _entries() -> dict:
   for name in drivers.CUBIC_ALGORITHMS:
     out[name] = Entry(name, "full", "drivers", "zcdp", True, drivers.CUBIC_OPTIONS, "none")
   for name in drivers.BASELINE_ALGORITHMS:
-    if name == "aop":
-      out[name] = Entry(name, "host", "drivers", "approx-dp", True, baselines.AOP_OPTIONS, "none")
-    else:
-      out[name] = Entry(name, "full", "drivers", "zcdp", baselines.PRIVATE[name],
-                        _keyword_options(baselines.FACTORIES[name]), "none")
+    # fit forwards every option to run_baseline, whose own row_norm_bound is one of them.
+    options = baselines.accepted_options(name) + ("row_norm_bound",)
+    out[name] = Entry(name, "host" if name == "aop" else "full", "drivers",
+                      "approx-dp" if name == "aop" else "zcdp", baselines.PRIVATE[name], options,
+                      "none")
   out[AUTO] = Entry(AUTO, "full", "loop", "zcdp", True, (), "none")
   return out
 
