@@ -44,6 +44,40 @@ if filelock is not None:
                     int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 
+FULL_OPTION = "--full"
+
+
+def pytest_addoption(parser):
+  parser.addoption(
+      FULL_OPTION, action="store_true", default=False,
+      help="also run the full-strength tier (tests marked `full`): the benchmarks' --quick runs, "
+      "the audits at their full run counts, the whole demo and the notebooks. The default run "
+      "runs smaller fixtures of the same checks.")
+
+
+def pytest_configure(config):
+  config.addinivalue_line(
+      "markers", "full: full-strength check, run only with `python -m pytest --full` (the default "
+      "run covers the same code with a smaller fixture)")
+
+
+def pytest_collection_modifyitems(config, items):
+  """Without ``--full``, the items marked ``full`` are deselected (reported as deselected)."""
+  if config.getoption(FULL_OPTION):
+    return
+  kept, dropped = [], []
+  for item in items:
+    (dropped if item.get_closest_marker("full") else kept).append(item)
+  if dropped:
+    config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+
+
+def full_run(request) -> bool:
+  """Whether this run is the full-strength one (``python -m pytest --full``)."""
+  return bool(request.config.getoption(FULL_OPTION))
+
+
 def pytest_unconfigure(config):
   """The process that made the shared XLA cache folder removes it."""
   del config
