@@ -119,3 +119,107 @@ def execute(name: str) -> float:
   assert seconds < MAX_SECONDS, f"{name} took {seconds:.0f} s (limit {MAX_SECONDS:.0f} s)"
   print(f"{name}: {seconds:.1f} s")
   return seconds
+
+
+def reference_problems(nb) -> list[str]:
+  """What a notebook's code cells use of dpjax that does not exist: a module, an attribute
+  (``dpjax.fit``, ``accounting.zcdp_to_epsilon`` after ``from dpjax import accounting``) or a
+  keyword argument that the called function does not accept.
+
+  A static check (the cells are parsed, not run) for the default test run; the full-strength
+  run (``python -m pytest --full``) executes the notebooks.
+  """
+  import ast  # pylint: disable=g-import-not-at-top
+  import importlib  # pylint: disable=g-import-not-at-top
+  import inspect  # pylint: disable=g-import-not-at-top
+  import types  # pylint: disable=g-import-not-at-top
+  import warnings  # pylint: disable=g-import-not-at-top
+
+  problems: list[str] = []
+  aliases: dict = {}
+
+  def attribute(obj, name):
+    if hasattr(obj, name):
+      return getattr(obj, name)
+    if isinstance(obj, types.ModuleType):
+      return importlib.import_module(f"{obj.__name__}.{name}")  # a submodule not imported yet
+    raise AttributeError(name)
+
+  def chain(node):
+    """``(root name, [attributes])`` of a pure ``a.b.c`` expression, else None."""
+    attrs = []
+    while isinstance(node, ast.Attribute):
+      attrs.append(node.attr)
+      node = node.value
+    return (node.id, attrs[::-1]) if isinstance(node, ast.Name) else None
+
+  def resolve(node, where):
+    parts = chain(node)
+    if parts is None or parts[0] not in aliases:
+      return None
+    obj, path = aliases[parts[0]], parts[0]
+    for name in parts[1]:
+      if not isinstance(obj, (types.ModuleType, type)):
+        return None  # an attribute of a value: not checked
+      path += f".{name}"
+      try:
+        obj = attribute(obj, name)
+      except (AttributeError, ImportError):
+        problems.append(f"{where}: {path} does not exist")
+        return None
+    return obj
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)  # old paths still resolve
+    for i, cell in enumerate(nb.cells):
+      if cell.cell_type != "code" or _is_install(cell):
+        continue
+      where = f"cell {i}"
+      source = "\n".join(line for line in cell.source.splitlines()
+                         if not line.lstrip().startswith(("%", "!")))
+      tree = ast.parse(source)
+      for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+          for a in node.names:
+            if a.name.split(".")[0] == "dpjax":
+              try:
+                module = importlib.import_module(a.name)
+              except ImportError:
+                problems.append(f"{where}: import {a.name} fails")
+                continue
+              aliases[a.asname or "dpjax"] = module if a.asname else importlib.import_module("dpjax")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "dpjax":
+          try:
+            module = importlib.import_module(node.module)
+          except ImportError:
+            problems.append(f"{where}: from {node.module} import fails")
+            continue
+          for a in node.names:
+            try:
+              aliases[a.asname or a.name] = attribute(module, a.name)
+            except (AttributeError, ImportError):
+              problems.append(f"{where}: from {node.module} import {a.name}: no such name")
+      for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+          resolve(node, where)
+        elif isinstance(node, ast.Call):
+          func = resolve(node.func, where) if isinstance(node.func, ast.Attribute) else (
+              aliases.get(node.func.id) if isinstance(node.func, ast.Name) else None)
+          if func is None or not callable(func):
+            continue
+          try:
+            params = inspect.signature(func).parameters
+          except (TypeError, ValueError):
+            continue
+          if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            continue
+          for kw in node.keywords:
+            if kw.arg is not None and kw.arg not in params:
+              problems.append(f"{where}: {ast.unparse(node.func)}() takes no keyword {kw.arg!r}")
+  return list(dict.fromkeys(problems))  # a name both called and looked up is reported once
+
+
+def check_references(name: str) -> None:
+  """The default run's check of a notebook: :func:`reference_problems` finds nothing."""
+  problems = reference_problems(load(name))
+  assert not problems, f"{name}: " + "; ".join(problems)

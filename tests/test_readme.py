@@ -178,7 +178,18 @@ def _check_benchmark_flags(script: pathlib.Path, flags: list[str], monkeypatch) 
     module.main(flags)
 
 
-@pytest.mark.parametrize("block", BASH, ids=[_block_id(b) for b in BASH])
+def _is_full_demo(block: Block) -> bool:
+  """The README's demo command: the whole default demo (about a minute of compilation).
+
+  It runs with ``--full``; the default run checks its commands
+  (:func:`test_quick_start_is_two_commands_and_ci_runs_the_second`) and runs a
+  small demo through the same code (``tests/test_cli.py``).
+  """
+  return block.path == README and ["python", "-m", "dpjax", "demo"] in _commands(block.code)
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, marks=pytest.mark.full) if _is_full_demo(b)
+                                   else b for b in BASH], ids=[_block_id(b) for b in BASH])
 def test_bash_block_runs(block, tmp_path, monkeypatch):
   extras = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
       "optional-dependencies"])
