@@ -79,7 +79,8 @@ Usage::
 
   python benchmarks/privacy_utility.py --frontier [--datasets synthetic a5a ...]
       [--families dp-gd precond-gd auto ...] [--repeats 10] [--report-repeats 20]
-      [--data-dir ../shared/data] [--out-dir benchmarks/results] [--quick] [--report-only]
+      [--data-dir ../shared/data] [--out-dir benchmarks/results] [--quick [--smoke]]
+      [--report-only]
 
 Each dataset's results are written as soon as it finishes
 (``privacy_utility_frontier_<dataset>.json``). With ``--families`` only those
@@ -92,7 +93,16 @@ only precond-gd's gradient-evaluation match (its fresh confirmation runs) in
 the existing files and rebuilds them. ``--quick``: a
 generated ``synthetic-2000x20`` dataset (n = 2,000, d = 20), 3 repeats, eps in
 {1, 10}, tiny grids, the Newton variants cut to qu-clip, about a minute;
-outputs go to ``results/quick``.
+outputs go to ``results/quick``. ``--quick --smoke`` (the test suite's default
+run; ``--quick`` alone is its ``--full`` tier): the same families, code and
+outputs on a generated ``synthetic-300x4`` (n = 300, d = 4), one level (eps = 1)
+and the one-point grids of :data:`SMOKE` (dp-gd T = 25 at eta = 4, which the
+tuned-step families share; precond-gd m = 10 at one kappa and eta; qu-clip
+T = 2): eight compiled programs (three batched selection programs, which the
+fresh repeats and the match reuse; auto's run; four one-run timings), a few
+seconds of compilation each, about half the ``--quick`` run's fifteen. At this
+shape auto picks dp-gd (T = 25, last-half) at eps = 1, whose timing is then
+dp-gd+avg's; another choice costs one more timing program.
 
 JSON schema (``privacy_utility_frontier_<dataset>.json``)::
 
@@ -165,6 +175,12 @@ EPSILONS = (0.1, 1.0, 10.0)
 PLOT_EPSILON = 1.0
 QUICK_DATASET = "synthetic-2000x20"
 QUICK_SHAPE = (2_000, 20)
+# --quick --smoke: compile time grows with d (the second-order programs' d x d algebra), so
+# the smoke data is tiny. At this shape and eps = 1, auto picks dp-gd (eta = 4, T = 25,
+# last-half): the smoke's own dp-gd+avg program, so auto's one-run timing is shared with it.
+SMOKE_DATASET = "synthetic-300x4"
+SMOKE_SHAPE = (300, 4)
+GENERATED = {QUICK_DATASET: QUICK_SHAPE, SMOKE_DATASET: SMOKE_SHAPE}  # no file under --data-dir
 MATCH_TRIES = 3  # fresh confirmations tried for the gradient-evaluation match (match_runs).
 EARLY_STOP_RISES = 1  # as privacy_utility.py: grid points past its best after which a level stops.
 TIMING_RUNS = 2  # executions of each short one-run program; the fastest is kept.
@@ -236,6 +252,24 @@ QUICK = Grids(
     precond_steps=(160,),
     kappas=(3.0,),
     precond_learning_rates=(1.0, 2.0),
+    precond_averages=("last-half",),
+    curvature_frac=0.03,
+    newton_steps=(2,),
+    extend_down=False,
+)
+# --quick --smoke: one level and one point per grid. The tuned-step families' one eta is
+# dp-gd's, so they share its runs; precond-gd's one program gives two candidates (its final
+# iterate and its last-half average); every run (selection, fresh, match) has one level and
+# the same repeats, so each configuration is one compiled program.
+SMOKE = Grids(
+    epsilons=(1.0,),
+    gd_steps=(25,),
+    gd_max_steps=25,
+    step_learning_rates=(4.0,),
+    max_eta_steps=100,
+    precond_steps=(10,),
+    kappas=(3.0,),
+    precond_learning_rates=(1.0,),
     precond_averages=("last-half",),
     curvature_frac=0.03,
     newton_steps=(2,),
@@ -653,9 +687,10 @@ def timing_requests(payload: dict, families: Sequence[str]) -> dict[str, tuple]:
 
 
 def load(name: str, data_dir: pathlib.Path) -> data_lib.Dataset:
-  """A dataset of ``_harness.DATASETS``, or the ``--quick`` generated one."""
-  if name == QUICK_DATASET:
-    return data_lib.synthetic(0, n=QUICK_SHAPE[0], d=QUICK_SHAPE[1])
+  """A dataset of ``_harness.DATASETS``, or a generated one of :data:`GENERATED` (``--quick``)."""
+  if name in GENERATED:
+    n, d = GENERATED[name]
+    return data_lib.synthetic(0, n=n, d=d)
   return _harness.load_dataset(name, data_dir)
 
 
@@ -1005,7 +1040,8 @@ def _protocol_lines(payloads: list[dict], quick: bool) -> list[str]:
       "T = 2 ... 64 (paper defaults, early stop past the best); every grid halved down to T = 1 "
       "while the best is its "
       "smallest value. auto: `dpjax.training.auto.choose` per eps, no tuning, fresh repeats only. "
-      "(--quick uses the smaller grids of `_frontier.QUICK`.)",
+      "(--quick uses the smaller grids of `_frontier.QUICK`, --quick --smoke the one-point "
+      "grids of `_frontier.SMOKE`.)",
       "- \"(edge)\": the best T is the largest run; \"(low edge)\": the smallest. ×dp-gd: ratio to "
       "the acceptance baseline (dp-gd η=4, final iterate, tuned T); ×FO*: ratio to the strongest "
       "first-order baseline (dp-gd tuned step + avg). #grad/#curv: gradient / curvature (d×d + "
@@ -1166,7 +1202,7 @@ def plot(payloads: list[dict], path: pathlib.Path) -> None:
 def report(directory: pathlib.Path, info: dict, quick: bool,
            names: Sequence[str] | None = None) -> pathlib.Path:
   """Rebuilds the combined JSON, markdown and PNG from the per-dataset files."""
-  order = {n: k for k, n in enumerate((*DEFAULT_DATASETS, QUICK_DATASET, *_harness.DATASETS))}
+  order = {n: k for k, n in enumerate((*DEFAULT_DATASETS, *GENERATED, *_harness.DATASETS))}
   payloads = []
   for f in directory.glob(f"{STEM}_*.json"):
     p = json.loads(f.read_text())
@@ -1195,7 +1231,7 @@ def rematch(directory: pathlib.Path, args: argparse.Namespace, info: dict) -> in
     print(f"error: no {STEM}_<dataset>.json in {directory}; run the benchmark first.",
           file=sys.stderr)
     return 2
-  names = [p["dataset"] for _, p in payloads if p["dataset"] != QUICK_DATASET]
+  names = [p["dataset"] for _, p in payloads if p["dataset"] not in GENERATED]
   if not _harness.data_files_present(names, args.data_dir):
     return 2
   provenance = {k: info.get(k) for k in ("command", "commit", "dirty", "date")}
@@ -1229,7 +1265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       prog="privacy_utility.py --frontier", description=__doc__.splitlines()[0])
   _harness.add_common_args(parser)
   parser.add_argument("--datasets", nargs="+", default=None,
-                      choices=sorted([*_harness.DATASETS, QUICK_DATASET]))
+                      choices=sorted([*_harness.DATASETS, *GENERATED]))
   parser.add_argument("--families", nargs="+", default=None, choices=FAMILY_IDS,
                       help="run only these families and merge them into the existing "
                            "per-dataset results (default: all)")
@@ -1243,15 +1279,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "the report")
   parser.add_argument("--report-only", action="store_true",
                       help="rebuild the combined outputs from the per-dataset JSON files")
+  parser.add_argument("--smoke", action="store_true",
+                      help=f"with --quick: the same families, code and outputs on {SMOKE_DATASET} "
+                           "at eps = 1 with one-point grids (_frontier.SMOKE: dp-gd T = 25, "
+                           "precond-gd m = 10, qu-clip T = 2): the fewest compiled programs (the "
+                           "test suite's default run)")
   args = parser.parse_args(argv)
+  if args.smoke and not args.quick:
+    parser.error("--smoke needs --quick")
   directory = _harness.out_dir(args)
   info = _harness.machine_info()
   if args.report_only:
     return _harness.print_report(report, directory, info, args.quick)
   if args.rematch:
     return rematch(directory, args, info)
-  grids = QUICK if args.quick else FULL
-  names = args.datasets or ([QUICK_DATASET] if args.quick else list(DEFAULT_DATASETS))
+  grids = SMOKE if args.smoke else QUICK if args.quick else FULL
+  default_names = [SMOKE_DATASET] if args.smoke else [QUICK_DATASET] if args.quick else list(
+      DEFAULT_DATASETS)
+  names = args.datasets or default_names
   default_families = [f for f in FAMILY_IDS if not (args.quick and f in QUICK_SKIPS)]
   families = [f for f in FAMILY_IDS if f in (args.families or default_families)]
   if args.repeats is None:
@@ -1260,7 +1305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.report_repeats = 3 if args.quick else 20
   if args.repeats < 2 or args.report_repeats < 2:
     parser.error("--repeats and --report-repeats must be >= 2 (a standard error needs two)")
-  if not _harness.data_files_present([n for n in names if n != QUICK_DATASET], args.data_dir):
+  if not _harness.data_files_present([n for n in names if n not in GENERATED], args.data_dir):
     return 2
   t0 = time.perf_counter()
   for k, name in enumerate(names):

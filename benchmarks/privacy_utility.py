@@ -52,7 +52,7 @@ Usage::
 
   python benchmarks/privacy_utility.py [--datasets a1a.t a9a ...] [--repeats 10]
       [--algorithms dp-gd hess-clip ...] [--data-dir ../shared/data]
-      [--out-dir benchmarks/results] [--quick] [--report-only]
+      [--out-dir benchmarks/results] [--quick [--smoke]] [--report-only]
 
 Each dataset's raw results are written as soon as it finishes
 (``privacy_utility_<dataset>.json``); the combined ``privacy_utility.json``,
@@ -61,7 +61,13 @@ per-dataset files in the out dir (``--report-only`` rebuilds them without
 running anything). ``--quick``: synthetic only, 3 repeats, eps in {1, 10},
 tiny grids (:data:`QUICK_GRIDS`: DP-GD T in {25, 100}, Newton T = 2 only),
 the algorithms :data:`QUICK_ALGORITHMS` unless ``--algorithms`` is given,
-about half a minute.
+about half a minute. ``--quick --smoke`` (the test suite's default run;
+``--quick`` alone is its ``--full`` tier): the same code, tables and outputs on
+a generated ``synthetic-300x4`` (n = 300, d = 4: the second-order programs
+compile faster at small d), eps = 1 under both accountings, the one-point grids
+:data:`SMOKE_GRIDS` (DP-GD T = 25, Newton T = 2) and the algorithms
+:data:`SMOKE_ALGORITHMS` unless ``--algorithms`` is given: four compiled
+programs (two batched, two timed).
 
 ``--frontier`` runs the privacy-utility frontier benchmark instead
 (``benchmarks/_frontier.py``): every family (dp-gd, dp-gd with tail
@@ -116,6 +122,7 @@ import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
 
 import dpjax  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import compiled  # noqa: E402  pylint: disable=g-import-not-at-top
+from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import accounting, training  # noqa: E402  pylint: disable=g-import-not-at-top
 
 EPSILONS = (0.01, 0.1, 1.0, 10.0)
@@ -140,6 +147,14 @@ QUICK_GRIDS = {"first-order": (25, 100), "second-order": (2,)}
 # tests/test_training.py (fit_levels vs fit), qu-clip in the frontier --quick.
 QUICK_ALGORITHMS = ("dp-gd", "hess-add", "qu-add")
 QUICK_EPSILONS = (1.0, 10.0)
+# --quick --smoke: one T per family, one eps (both accountings), DP-GD and one Newton
+# variant (qu-add: the default run's other tests run hess-add, hess-clip and qu-clip
+# through training.fit_levels), on tiny generated data.
+SMOKE_GRIDS = {"first-order": (25,), "second-order": (2,)}
+SMOKE_ALGORITHMS = ("dp-gd", "qu-add")
+SMOKE_EPSILONS = (1.0,)
+SMOKE_DATASET = "synthetic-300x4"
+SMOKE_SHAPE = (300, 4)
 # Reference code's rho at eps = 0.1 (its fsolve start point), 1 and 10
 # (its own eps -> rho conversion, delta = n^-2).
 REFERENCE_RHOS = {
@@ -257,9 +272,16 @@ def tune(ds, algorithm: str, levels: list[dict], grid, repeats: int, *, early_st
           "best": best}
 
 
+def load(name: str, data_dir) -> data_lib.Dataset:
+  """A dataset of ``_harness.DATASETS``, or the generated ``--quick --smoke`` one."""
+  if name == SMOKE_DATASET:
+    return data_lib.synthetic(0, n=SMOKE_SHAPE[0], d=SMOKE_SHAPE[1])
+  return _harness.load_dataset(name, data_dir)
+
+
 def run_dataset(name: str, args, algorithms, epsilons, grids, bar_desc: str) -> dict:
   t0 = time.perf_counter()
-  ds = _harness.load_dataset(name, args.data_dir)
+  ds = load(name, args.data_dir)
   n, d = ds.x.shape
   loss_star, ridge = training.optimum_loss(ds.x, ds.y)
   levels = make_levels(name, n, epsilons, with_reference=not args.quick)
@@ -638,26 +660,40 @@ def main(argv=None) -> int:
   parser.add_argument("--frontier", action="store_true",
                       help="run the privacy-utility frontier benchmark (benchmarks/_frontier.py) "
                            "instead; `--frontier --help` lists its flags")
-  parser.add_argument("--datasets", nargs="+", default=None, choices=sorted(_harness.DATASETS))
+  parser.add_argument("--datasets", nargs="+", default=None,
+                      choices=sorted([*_harness.DATASETS, SMOKE_DATASET]))
   parser.add_argument("--algorithms", nargs="+", default=None, choices=_harness.ALGORITHMS)
   parser.add_argument("--repeats", type=int, default=None)
   parser.add_argument("--report-only", action="store_true",
                       help="rebuild the combined outputs from the per-dataset JSON files")
+  parser.add_argument("--smoke", action="store_true",
+                      help=f"with --quick: the same code and outputs on {SMOKE_DATASET}, eps = 1 "
+                           f"(both accountings), one T per family (first-order "
+                           f"{SMOKE_GRIDS['first-order'][0]}, second-order "
+                           f"{SMOKE_GRIDS['second-order'][0]}) and {', '.join(SMOKE_ALGORITHMS)} "
+                           "unless --algorithms is given: the fewest compiled programs (the test "
+                           "suite's default run)")
   args = parser.parse_args(argv)
+  if args.smoke and not args.quick:
+    parser.error("--smoke needs --quick")
   directory = _harness.out_dir(args)
   info = _harness.machine_info()
   compiled.clear()  # the compile times below are cold compiles, not earlier calls' programs
   if args.report_only:
     return _harness.print_report(report, directory, info, args.quick)
-  names = args.datasets or (["synthetic"] if args.quick else list(DEFAULT_DATASETS))
-  algorithms = args.algorithms or list(QUICK_ALGORITHMS if args.quick else _harness.ALGORITHMS)
+  default_names = [SMOKE_DATASET] if args.smoke else ["synthetic"] if args.quick else list(
+      DEFAULT_DATASETS)
+  names = args.datasets or default_names
+  default_algorithms = (SMOKE_ALGORITHMS if args.smoke else QUICK_ALGORITHMS if args.quick
+                        else _harness.ALGORITHMS)
+  algorithms = args.algorithms or list(default_algorithms)
   if args.repeats is None:
     args.repeats = 3 if args.quick else 10
   if args.repeats < 2:
     parser.error("--repeats must be >= 2 (the standard error needs two repeats)")
-  epsilons = QUICK_EPSILONS if args.quick else EPSILONS
-  grids = QUICK_GRIDS if args.quick else GRIDS
-  if not _harness.data_files_present(names, args.data_dir):
+  epsilons = SMOKE_EPSILONS if args.smoke else QUICK_EPSILONS if args.quick else EPSILONS
+  grids = SMOKE_GRIDS if args.smoke else QUICK_GRIDS if args.quick else GRIDS
+  if not _harness.data_files_present([n for n in names if n != SMOKE_DATASET], args.data_dir):
     return 2
   t0 = time.perf_counter()
   for k, name in enumerate(names):

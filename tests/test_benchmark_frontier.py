@@ -1,7 +1,10 @@
 """Smoke and logic tests of the frontier benchmark (``privacy_utility.py --frontier``).
 
-One ``--frontier --quick`` run serves the schema, report and merge tests; the
-acceptance arithmetic and the tuning rules are checked on hand-made inputs.
+One run serves the schema, report and merge tests: ``--frontier --quick --smoke``
+in the default run (every family, one level, one-point grids: the fewest compiled
+programs), ``--frontier --quick`` under ``pytest --full``, whose quick-size
+assertions (``test_quick_outputs_and_schema``) are that tier's. The acceptance
+arithmetic and the tuning rules are checked on hand-made inputs.
 Within this module every fit the benchmark makes is memoised (``fit_memo``):
 the merge and rematch tests re-run configurations the quick run already ran
 (same data, seed and options, hence the same numbers: fits are reproducible,
@@ -17,11 +20,12 @@ import json
 import math
 import pathlib
 import shutil
+import types
 
 import numpy as np
 import pytest
 
-from conftest import load_benchmark
+from conftest import full_run, load_benchmark
 
 _DATASET_KEYS = {"schema", "machine", "quick", "dataset", "n", "d", "delta", "loss_star", "ridge",
                  "start_excess", "epsilons", "accounting", "init", "select_seed", "report_seed",
@@ -68,16 +72,123 @@ def fit_memo(fr):
 
 
 @pytest.fixture(scope="module")
-def quick_run(pu, fr, fit_memo, tmp_path_factory) -> pathlib.Path:
+def run_mode(fr, request) -> types.SimpleNamespace:
+  """The module's run: ``--quick`` under ``pytest --full``, else ``--quick --smoke``."""
+  if full_run(request):
+    return types.SimpleNamespace(flags=["--quick"], grids=fr.QUICK, dataset=fr.QUICK_DATASET)
+  return types.SimpleNamespace(flags=["--quick", "--smoke"], grids=fr.SMOKE,
+                               dataset=fr.SMOKE_DATASET)
+
+
+@pytest.fixture(scope="module")
+def quick_run(pu, fr, fit_memo, run_mode, tmp_path_factory) -> pathlib.Path:
   out = tmp_path_factory.mktemp("frontier")
-  assert pu.main(["--frontier", "--quick", "--out-dir", str(out)]) == 0
+  assert pu.main(["--frontier", *run_mode.flags, "--out-dir", str(out)]) == 0
   return out
 
 
-def _per_dataset(fr, directory: pathlib.Path) -> dict:
-  return json.loads((directory / f"{fr.STEM}_{fr.QUICK_DATASET}.json").read_text())
+def _per_dataset(fr, directory: pathlib.Path, dataset: str | None = None) -> dict:
+  name = fr.QUICK_DATASET if dataset is None else dataset
+  return json.loads((directory / f"{fr.STEM}_{name}.json").read_text())
 
 
+def test_outputs_and_schema(fr, run_mode, quick_run):
+  """The schema, selection, fresh runs, match, tables and report of this tier's run.
+
+  Everything but the quick run's sizes, which ``test_quick_outputs_and_schema`` pins.
+  """
+  grids, name = run_mode.grids, run_mode.dataset
+  for fname in ("privacy_utility_frontier.json", "privacy_utility_frontier.md",
+                "privacy_utility_frontier.png", f"privacy_utility_frontier_{name}.json"):
+    assert (quick_run / fname).stat().st_size > 0, fname
+  per = _per_dataset(fr, quick_run, name)
+  assert set(per) == _DATASET_KEYS
+  assert per["quick"] is True and per["dataset"] == name
+  assert (per["n"], per["d"]) == fr.GENERATED[name]
+  assert per["delta"] == pytest.approx(per["n"] ** -2)
+  assert per["epsilons"] == list(grids.epsilons) and per["accounting"] == "gaussian"
+  assert per["init"] == "zeros"
+  assert {"cpu", "cores", "jax", "commit", "command", "devices"} <= set(per["machine"])
+  assert per["history"][0]["command"] == per["machine"]["command"]
+  expected = {f for f in fr.FAMILY_IDS if f not in fr.QUICK_SKIPS}
+  if fr.auto_module()[0] is None:
+    expected.discard("auto")
+    assert "auto" in per["skipped"]
+  assert set(per["families"]) == expected
+  levels = [fr.eps_key(e) for e in per["epsilons"]]
+  for fam, rec in per["families"].items():
+    assert set(rec["fresh"]) == set(levels), fam
+    assert rec["report_repeats"] == 3 and rec["repeats"] == (0 if fam == "auto" else 3), fam
+    for lv in levels:
+      f = rec["fresh"][lv]
+      assert set(f) == _FRESH_KEYS, fam
+      # Fresh repeats: seed set B, never the selection's seed set A.
+      assert f["seed"] == per["report_seed"] == fr.REPORT_SEED != per["select_seed"]
+      assert f["repeats"] == 3 and len(f["excess_losses"]) == 3
+      assert f["mean"] == pytest.approx(np.mean(f["excess_losses"]), rel=1e-12)
+      assert f["seconds"] == per["timing"][f["timing_key"]]["seconds_run"] > 0
+      assert f["seconds_executions"] == per["timing"][f["timing_key"]]["executions"]
+      assert f["gradient_evaluations"] == f["steps"]
+      if fam == "auto":
+        continue
+      sel = rec["selected"][lv]
+      assert (f["steps"], f["options"], f["average"]) == (sel["steps"], sel["options"],
+                                                          sel["average"])
+      here = [c for c in rec["candidates"] if lv in c["results"]]
+      assert sel["mean"] == min(c["results"][lv]["mean"] for c in here) == f["selection_mean"]
+      chosen = next(c for c in here if (c["steps"], c["options"], c["average"]) == (
+          sel["steps"], sel["options"], sel["average"]))
+      # The fresh losses are other draws than the selection's (first 3 repeats of seed A).
+      assert not np.allclose(chosen["results"][lv]["excess_losses"], f["excess_losses"])
+      assert len(chosen["results"][lv]["excess_losses"]) == 3
+  fams = per["families"]
+  assert all(c["average"] == "none" for c in fams["dp-gd"]["candidates"])
+  assert all(c["average"] == "last-half" for c in fams["dp-gd+avg"]["candidates"])
+  # dp-gd and dp-gd+avg are the same runs read two ways.
+  assert ([c["steps"] for c in fams["dp-gd"]["candidates"]]
+          == [c["steps"] for c in fams["dp-gd+avg"]["candidates"]])
+  assert {c["steps"] for c in fams["dp-gd"]["candidates"]} <= set(grids.gd_steps)
+  assert {c["options"]["learning_rate"] for c in fams["dp-gd-step"]["candidates"]} == set(
+      grids.step_learning_rates)
+  assert all(c["options"]["learning_rate"] * c["steps"] <= grids.max_eta_steps
+             for c in fams["dp-gd-step"]["candidates"])
+  assert {c["average"] for c in fams["precond-gd"]["candidates"]} == {"none",
+                                                                      *grids.precond_averages}
+  assert {c["options"]["learning_rate"] for c in fams["precond-gd"]["candidates"]} == set(
+      grids.precond_learning_rates)
+  assert {c["options"]["kappa"] for c in fams["precond-gd"]["candidates"]} == set(grids.kappas)
+  assert {c["steps"] for c in fams["precond-gd"]["candidates"]} == set(grids.precond_steps)
+  # The match of dp-gd's selection: the smallest-m candidate reaching it, re-run fresh.
+  for lv, mt in fams["precond-gd"]["match"].items():
+    assert mt["target"] == fams["dp-gd"]["selected"][lv]["mean"]
+    cand = fr.match_candidate(fams["precond-gd"], lv, mt["target"])
+    assert (cand["steps"], cand["options"], cand["average"]) == (mt["steps"], mt["options"],
+                                                                 mt["average"])
+    assert mt["fresh"]["seed"] == fr.REPORT_SEED and len(mt["fresh"]["excess_losses"]) == 3
+  assert all(f["curvature_evaluations"] == 1 for f in fams["precond-gd"]["fresh"].values())
+  assert all(f["curvature_evaluations"] == f["steps"] for f in fams["qu-clip"]["fresh"].values())
+  assert {c["steps"] for c in fams["qu-clip"]["candidates"]} <= set(grids.newton_steps)
+  combined = json.loads((quick_run / "privacy_utility_frontier.json").read_text())
+  assert {"schema", "machine", "quick", "datasets", "frontier", "acceptance"} <= set(combined)
+  assert combined["quick"] is True and [p["dataset"] for p in combined["datasets"]] == [name]
+  assert len(combined["frontier"]) == len(fams) * len(levels)
+  for r in combined["frontier"]:
+    base = fams["dp-gd"]["fresh"][fr.eps_key(r["epsilon"])]["mean"]
+    strong = fams["dp-gd-step+avg"]["fresh"][fr.eps_key(r["epsilon"])]["mean"]
+    assert r["ratio_dp_gd"] == pytest.approx(r["mean"] / base)
+    assert r["ratio_strongest_first_order"] == pytest.approx(r["mean"] / strong)
+  assert len(combined["acceptance"]["rows"]) == len(grids.epsilons)
+  assert combined["acceptance"]["summary"]["cells"] == len(grids.epsilons)
+  assert combined["acceptance"]["summary"] == fr.acceptance_summary(
+      combined["acceptance"]["rows"])
+  md = (quick_run / "privacy_utility_frontier.md").read_text()
+  assert "Acceptance summary" in md and "Quick smoke run" in md
+  assert f"## {name}" in md and "seed set B" in md
+  for fam in fams:  # one frontier-table row per family
+    assert sum(line.startswith(f"| {fams[fam]['label']} |") for line in md.splitlines()) == 1
+
+
+@pytest.mark.full
 def test_quick_outputs_and_schema(fr, quick_run):
   for name in ("privacy_utility_frontier.json", "privacy_utility_frontier.md",
                "privacy_utility_frontier.png", f"privacy_utility_frontier_{fr.QUICK_DATASET}.json"):
@@ -153,11 +264,11 @@ def test_quick_outputs_and_schema(fr, quick_run):
   assert f"## {fr.QUICK_DATASET}" in md and "seed set B" in md
 
 
-def test_auto_row(fr, quick_run):
+def test_auto_row(fr, run_mode, quick_run):
   auto, why = fr.auto_module()
   if auto is None:
     pytest.skip(why)
-  rec = _per_dataset(fr, quick_run)["families"]["auto"]
+  rec = _per_dataset(fr, quick_run, run_mode.dataset)["families"]["auto"]
   for lv, c in rec["choice"].items():
     assert {"algorithm", "steps", "average", "options", "reason"} <= set(c)
     f = rec["fresh"][lv]
@@ -183,12 +294,12 @@ def test_privacy_utility_report_ignores_frontier_files(pu, quick_run, capsys):
   assert "run the benchmark first" in capsys.readouterr().err
 
 
-def test_families_merge_keeps_the_others(fr, quick_run, tmp_path):
+def test_families_merge_keeps_the_others(fr, run_mode, quick_run, tmp_path):
   out = tmp_path / "merge"
   shutil.copytree(quick_run, out)
-  before = _per_dataset(fr, out)
-  assert fr.main(["--quick", "--out-dir", str(out), "--families", "qu-clip"]) == 0
-  after = _per_dataset(fr, out)
+  before = _per_dataset(fr, out, run_mode.dataset)
+  assert fr.main([*run_mode.flags, "--out-dir", str(out), "--families", "qu-clip"]) == 0
+  after = _per_dataset(fr, out, run_mode.dataset)
   assert list(after["families"]) == list(before["families"])
   for fam in before["families"]:
     if fam != "qu-clip":
@@ -198,6 +309,13 @@ def test_families_merge_keeps_the_others(fr, quick_run, tmp_path):
   assert set(before["timing"]) <= set(after["timing"])
   qu = after["families"]["qu-clip"]
   assert all(qu["fresh"][lv]["timing_key"] in after["timing"] for lv in qu["fresh"])
+
+
+def test_smoke_needs_quick(fr, tmp_path, capsys):
+  with pytest.raises(SystemExit) as exc:
+    fr.main(["--smoke", "--out-dir", str(tmp_path)])
+  assert exc.value.code == 2 and "--smoke needs --quick" in capsys.readouterr().err
+  assert not list(tmp_path.iterdir())
 
 
 def test_merge_refuses_other_levels(fr):
@@ -365,11 +483,11 @@ def test_match_runs_tries_until_confirmed(fr):
   assert not fr._no_worse(rec["match"]["1"]["fresh"], base["fresh"]["1"])
 
 
-def test_rematch_rewrites_the_match(fr, quick_run, tmp_path):
+def test_rematch_rewrites_the_match(fr, run_mode, quick_run, tmp_path):
   import shutil  # pylint: disable=g-import-not-at-top
   out = tmp_path / "rematch"
   shutil.copytree(quick_run, out)
-  path = out / f"{fr.STEM}_{fr.QUICK_DATASET}.json"
+  path = out / f"{fr.STEM}_{run_mode.dataset}.json"
   before = json.loads(path.read_text())
   assert fr.main(["--quick", "--rematch", "--out-dir", str(out)]) == 0
   after = json.loads(path.read_text())

@@ -1,4 +1,10 @@
-"""Smoke and logic tests of ``benchmarks/privacy_utility.py`` (CI runs its ``--quick`` mode)."""
+"""Smoke and logic tests of ``benchmarks/privacy_utility.py``.
+
+One run serves the schema and report tests: ``--quick --smoke`` in the default
+run (tiny generated data, one eps under both accountings, one T per family: the
+fewest compiled programs), ``--quick`` under ``pytest --full``, whose quick-size
+assertions (``test_quick_outputs_and_schema``) are that tier's.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import types
 import numpy as np
 import pytest
 
-from conftest import known_optima, load_benchmark
+from conftest import full_run, known_optima, load_benchmark
 from dpjax import accounting
 
 
@@ -27,13 +33,84 @@ def pu():
 
 
 @pytest.fixture(scope="module")
-def quick_run(pu, tmp_path_factory):
+def run_mode(pu, request) -> types.SimpleNamespace:
+  """The module's run: ``--quick`` under ``pytest --full``, else ``--quick --smoke``."""
+  if full_run(request):
+    return types.SimpleNamespace(flags=["--quick"], dataset="synthetic",
+                                 algorithms=pu.QUICK_ALGORITHMS, epsilons=pu.QUICK_EPSILONS,
+                                 grids=pu.QUICK_GRIDS)
+  return types.SimpleNamespace(flags=["--quick", "--smoke"], dataset=pu.SMOKE_DATASET,
+                               algorithms=pu.SMOKE_ALGORITHMS, epsilons=pu.SMOKE_EPSILONS,
+                               grids=pu.SMOKE_GRIDS)
+
+
+@pytest.fixture(scope="module")
+def quick_run(pu, run_mode, tmp_path_factory):
   out = tmp_path_factory.mktemp("pu")
   with known_optima():  # skips seconds of float64 Newton (the solver: test_solve.py)
-    assert pu.main(["--quick", "--out-dir", str(out)]) == 0
+    assert pu.main([*run_mode.flags, "--out-dir", str(out)]) == 0
   return out
 
 
+def test_outputs_and_schema(pu, run_mode, quick_run):
+  """The schema, tuning records, timing, tables and report of this tier's run.
+
+  Everything but the quick run's sizes, which ``test_quick_outputs_and_schema`` pins.
+  """
+  name = run_mode.dataset
+  for fname in ("privacy_utility.json", "privacy_utility.md", "privacy_utility.png",
+                f"privacy_utility_{name}.json"):
+    assert (quick_run / fname).stat().st_size > 0, fname
+  per = json.loads((quick_run / f"privacy_utility_{name}.json").read_text())
+  assert set(per) == _DATASET_KEYS
+  assert per["quick"] is True and per["repeats"] == 3 and per["dataset"] == name
+  assert per["delta"] == pytest.approx(per["n"] ** -2)
+  if name == pu.SMOKE_DATASET:
+    assert (per["n"], per["d"]) == pu.SMOKE_SHAPE
+  assert {"cpu", "cores", "jax", "jaxlib", "commit", "command", "devices"} <= set(per["machine"])
+  ids = [lv["id"] for lv in per["levels"]]
+  for lv in per["levels"]:  # every level's rho is its accounting's conversion of eps.
+    assert lv["rho"] == accounting.epsilon_to_zcdp(lv["epsilon"], per["delta"], lv["accounting"])
+  assert sorted((lv["epsilon"], lv["accounting"]) for lv in per["levels"]) == sorted(
+      (e, m) for e in run_mode.epsilons for m in pu.ACCOUNTINGS)
+  assert set(per["algorithms"]) == set(run_mode.algorithms)
+  assert set(run_mode.algorithms) <= set(pu._harness.ALGORITHMS)
+  for name_, rec in per["algorithms"].items():
+    assert rec["family"] == pu._harness.algorithm_family(name_)
+    ran = sorted(r["steps"] for r in rec["runs"])
+    assert set(ran) <= set(run_mode.grids[rec["family"]])
+    assert set(rec["timing"]) == {str(t) for t in pu.timed_steps(per)[name_]}
+    assert set(rec["timing"]) <= {str(t) for t in ran}
+    assert {str(b["steps"]) for b in rec["best"].values()} <= set(rec["timing"])
+    assert all(t["seconds_run"] > 0 and t["seconds_compile"] > 0 for t in rec["timing"].values())
+    assert all(t["executions"] in (1, pu.TIMING_RUNS) for t in rec["timing"].values())
+    assert rec["start_excess"] > 0
+    for i in ids:
+      means = {r["steps"]: r["results"][i]["mean"] for r in rec["runs"] if i in r["results"]}
+      best = rec["best"][i]
+      assert best["mean"] == min(means.values()) and means[best["steps"]] == best["mean"]
+      for r in rec["runs"]:
+        if i in r["results"]:
+          res = r["results"][i]
+          assert len(res["excess_losses"]) == 3 and math.isfinite(res["mean"])
+          assert res["mean"] == pytest.approx(np.mean(res["excess_losses"]), rel=1e-12)
+  combined = json.loads((quick_run / "privacy_utility.json").read_text())
+  assert {"schema", "machine", "quick", "datasets", "table", "summary", "reference"} <= set(combined)
+  assert combined["table"] and all(set(r) == _ROW_KEYS for r in combined["table"])
+  newton = [a for a in run_mode.algorithms if pu._harness.algorithm_family(a) == "second-order"]
+  assert len(combined["table"]) == len(per["levels"]) * len(newton)
+  for r in combined["table"]:
+    assert r["loss_ratio"] == pytest.approx(r["mean"] / r["gd_mean"])
+    assert r["time_ratio"] == pytest.approx(r["gd_seconds"] / r["seconds"])
+    assert r["verdict"] in ("win", "tie", "loss")
+  assert [(e["dataset"], e["epsilon"]) for e in combined["summary"]] == [
+      (name, eps) for eps in sorted(run_mode.epsilons)]
+  md = (quick_run / "privacy_utility.md").read_text()
+  assert "Main table" in md and "Quick smoke run" in md and f"| {name} |" in md
+  assert f"## {name} (n = {per['n']:,}, d = {per['d']}" in md
+
+
+@pytest.mark.full
 def test_quick_outputs_and_schema(pu, quick_run):
   for name in ("privacy_utility.json", "privacy_utility.md", "privacy_utility.png",
                "privacy_utility_synthetic.json"):
@@ -86,6 +163,13 @@ def test_report_only_rebuilds(pu, quick_run, capsys):
 def test_report_only_without_results_exits_2(pu, tmp_path, capsys):
   assert pu.main(["--out-dir", str(tmp_path), "--report-only"]) == 2
   assert "run the benchmark first" in capsys.readouterr().err
+
+
+def test_smoke_needs_quick(pu, tmp_path, capsys):
+  with pytest.raises(SystemExit) as exc:
+    pu.main(["--smoke", "--out-dir", str(tmp_path)])
+  assert exc.value.code == 2 and "--smoke needs --quick" in capsys.readouterr().err
+  assert not list(tmp_path.iterdir())
 
 
 def test_missing_data_file_names_the_flag(pu, tmp_path, capsys):
