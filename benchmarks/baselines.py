@@ -21,11 +21,16 @@ step); the tables say so.
 Usage::
 
   python benchmarks/baselines.py [--seeds 5] [--epsilons 0.1 1 10]
-      [--data-dir ../shared/data] [--out-dir benchmarks/results] [--quick]
+      [--data-dir ../shared/data] [--out-dir benchmarks/results] [--quick [--smoke]]
 
 ``--quick``: generated data (2,000 x 10), epsilon 1 only, 2 seeds, short
-runs; a smoke test of the whole pipeline (CI). A missing data file exits
-with status 2 and a message naming ``--data-dir``.
+runs; a smoke test of the whole pipeline (CI). ``--quick --smoke`` (the test
+suite's run; each method's compilation is nearly all of its time): the same,
+for :data:`SMOKE_METHODS` only (AOP, the non-private damped Newton and DP-GD:
+one method of each kind the script runs, non-iterative, iterative through
+:func:`dpjax.baselines.run_baseline`, and :func:`dpjax.fit`; the other two
+baselines take the second path); ``smoke`` in the JSON says so. A missing data
+file exits with status 2 and a message naming ``--data-dir``.
 
 Outputs (``_harness.out_dir``): ``baselines.json`` and ``baselines.md``.
 
@@ -33,6 +38,7 @@ JSON schema (besides ``schema`` from the harness)::
 
   machine: dict                 # _harness.machine_info()
   quick: bool
+  smoke: bool                   # --smoke: SMOKE_METHODS only
   dataset: str; n, d: int; delta: float; loss_star: float; ridge: float
   seeds: int
   epsilons: [float]
@@ -78,6 +84,9 @@ QUICK_SEEDS = 2
 QUICK_STEPS = {"damped-newton": 3, "damped-newton-private": 3, "dp-gd-oracle": 5, "dp-gd": 10}
 QUICK_SHAPE = (2000, 10)
 METHODS = baselines.BASELINES + ("dp-gd",)
+# --quick --smoke: one method of each path of run_method (AOP; an iterative baseline, here the
+# non-private one; dpjax.fit's DP-GD).
+SMOKE_METHODS = ("aop", "damped-newton", "dp-gd")
 
 
 def excess_losses(params: np.ndarray, x: Any, y: Any, loss_star: float) -> np.ndarray:
@@ -151,7 +160,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--seeds", type=int, default=None, help=f"seeds per cell (default {SEEDS})")
   parser.add_argument("--epsilons", type=float, nargs="+", default=None,
                       help=f"epsilons (default {' '.join(map(str, EPSILONS))})")
+  parser.add_argument("--smoke", action="store_true",
+                      help="with --quick (the test suite's run): only "
+                      f"{', '.join(SMOKE_METHODS)} (one method of each kind); every output is "
+                      "still written")
   args = parser.parse_args(argv)
+  if args.smoke and not args.quick:
+    parser.error("--smoke needs --quick")
+  methods = SMOKE_METHODS if args.smoke else METHODS
   t0 = time.perf_counter()
   if args.quick:
     ds = data.synthetic(0, n=QUICK_SHAPE[0], d=QUICK_SHAPE[1])
@@ -168,12 +184,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   delta = 1.0 / n**2
   loss_star, ridge = training.optimum_loss(ds.x, ds.y)
   rows = []
-  grid = [(m, e) for e in epsilons for m in METHODS]
+  grid = [(m, e) for e in epsilons for m in methods]
   for method, eps in _harness.progress(grid, desc="baselines"):
     rows.append(run_method(method, ds, eps, delta, seeds, steps, loss_star))
   aop = [r["median"] for r in sorted((r for r in rows if r["method"] == "aop"),
                                      key=lambda r: r["epsilon"])]
-  payload = {"machine": info, "quick": bool(args.quick), "dataset": name, "n": n, "d": d,
+  payload = {"machine": info, "quick": bool(args.quick), "smoke": bool(args.smoke),
+             "dataset": name, "n": n, "d": d,
              "delta": delta, "loss_star": float(loss_star), "ridge": float(ridge),
              "seeds": seeds, "epsilons": [float(e) for e in epsilons],
              "aop_decreasing": (bool(all(a > b for a, b in zip(aop, aop[1:])))

@@ -18,7 +18,7 @@ Usage::
 
   python benchmarks/convergence.py [--datasets a9a covertype-synthetic] [--repeats 10]
       [--algorithms dp-gd hess-clip ...] [--steps first-order=100,400,1600]
-      [--data-dir ../shared/data] [--out-dir benchmarks/results] [--quick]
+      [--data-dir ../shared/data] [--out-dir benchmarks/results] [--quick [--smoke]]
 
 Defaults: ``a9a`` (LIBSVM file from ``--data-dir``) and
 ``covertype-synthetic`` (n = 581,012, d = 54, generated), 10 repeats, T grids
@@ -27,8 +27,12 @@ Defaults: ``a9a`` (LIBSVM file from ``--data-dir``) and
 grid on every dataset. ``--quick``: ``synthetic`` (10,000 x 100) unless
 ``--datasets`` is given, 3 repeats, grids :data:`QUICK_STEP_GRIDS`, and
 :data:`QUICK_ALGORITHMS` unless ``--algorithms`` is given; it still writes
-every output. A missing data file exits with status 2 and a message
-naming ``--data-dir``.
+every output. ``--quick --smoke`` (the test suite's run; one compilation per
+(algorithm, T) is nearly all of its time): :data:`SMOKE_DATASET`, a
+generated 1,000 x 10 set (unless ``--datasets`` is given), one repeat
+(unless ``--repeats`` is given) and one T per family (:data:`SMOKE_STEP_GRIDS`),
+so two compiled runs; the same outputs, with ``smoke`` set in the JSON. A
+missing data file exits with status 2 and a message naming ``--data-dir``.
 
 Outputs (in ``_harness.out_dir``): ``convergence_<dataset>.png`` per setting
 (left: excess loss against time per (algorithm, T), mean and +-1 s.e. band,
@@ -40,6 +44,7 @@ JSON schema (``convergence.json``; besides ``schema`` from the harness)::
 
   machine: dict                 # _harness.machine_info(), + load_average_end
   quick: bool
+  smoke: bool                   # --smoke
   epsilon: float                # 1.0
   accounting: str               # "gaussian"
   init: str                     # "random-unit"
@@ -134,6 +139,14 @@ QUICK_STEP_GRIDS = {
     "second-order": (3,),
 }
 QUICK_ALGORITHMS = ("dp-gd", "hess-clip")
+# --quick --smoke: a small generated set (name -> (n, d) of dpjax.data.synthetic(SEED, ...)), one
+# repeat and one T per family: one compiled run per algorithm of QUICK_ALGORITHMS.
+SMOKE_DATASET = ("synthetic-1000x10", (1_000, 10))
+SMOKE_REPEATS = 1
+SMOKE_STEP_GRIDS = {
+    "first-order": (20,),
+    "second-order": (3,),
+}
 # Per-dataset replacements of STEP_GRIDS entries (not used with --quick or for
 # a family given with --steps). On covertype-synthetic (581,012 x 54) one step
 # with 10 vmapped repeats costs ~1.8-2.5 s for Newton (ten Hessians) and
@@ -380,7 +393,8 @@ def to_markdown(payload: dict[str, Any]) -> str:
   """The markdown report: header, notes, one table and figure per setting."""
   info = payload["machine"]
   lines = _harness.markdown_header(
-      "Convergence: excess loss against wall-clock time" + (" (quick)" if payload["quick"] else ""),
+      "Convergence: excess loss against wall-clock time"
+      + ((" (quick, smoke)" if payload.get("smoke") else " (quick)") if payload["quick"] else ""),
       info) + [
           f"- load average at end: {info.get('load_average_end')}; "
           f"whole script {payload['seconds_total']:.1f} s",
@@ -445,7 +459,8 @@ def _parse_steps(specs: Sequence[str] | None,
 
 
 def step_grids(dataset: str, quick: bool,
-               overrides: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+               overrides: dict[str, tuple[int, ...]],
+               smoke: bool = False) -> dict[str, tuple[int, ...]]:
   """The T grid of each algorithm family on ``dataset``.
 
   Args:
@@ -453,11 +468,14 @@ def step_grids(dataset: str, quick: bool,
     quick: use :data:`QUICK_STEP_GRIDS` instead of :data:`STEP_GRIDS` with the
       :data:`DATASET_STEP_GRIDS` replacements.
     overrides: ``--steps`` grids, which replace the family's grid everywhere.
+    smoke: use :data:`SMOKE_STEP_GRIDS` (with ``quick``).
 
   Returns:
     family -> sorted tuple of T.
   """
-  if quick:
+  if smoke:
+    grids = dict(SMOKE_STEP_GRIDS)
+  elif quick:
     grids = dict(QUICK_STEP_GRIDS)
   else:
     grids = {**STEP_GRIDS, **DATASET_STEP_GRIDS.get(dataset, {})}
@@ -488,6 +506,13 @@ def build_parser() -> argparse.ArgumentParser:
       + "; per-dataset replacements " + "; ".join(
           f"{name}: " + ", ".join(f"{f}={','.join(map(str, t))}" for f, t in g.items())
           for name, g in DATASET_STEP_GRIDS.items()))
+  parser.add_argument(
+      "--smoke", action="store_true",
+      help=f"with --quick (the test suite's run): a generated {SMOKE_DATASET[1][0]:,} x "
+      f"{SMOKE_DATASET[1][1]} set unless --datasets is given, {SMOKE_REPEATS} repeat unless "
+      "--repeats is given, one T per family ("
+      + "; ".join(f"{f}={','.join(map(str, t))}" for f, t in SMOKE_STEP_GRIDS.items())
+      + "): one compiled run per algorithm; every output is still written")
   return parser
 
 
@@ -496,14 +521,19 @@ def main(argv: Sequence[str] | None = None) -> int:
   t_start = time.perf_counter()
   parser = build_parser()
   args = parser.parse_args(argv)
-  datasets = list(args.datasets or (QUICK_DATASETS if args.quick else DEFAULT_DATASETS))
-  repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
+  if args.smoke and not args.quick:
+    parser.error("--smoke needs --quick")
+  smoke_set = args.smoke and args.datasets is None
+  datasets = list(args.datasets or ([SMOKE_DATASET[0]] if smoke_set else
+                                    QUICK_DATASETS if args.quick else DEFAULT_DATASETS))
+  repeats = args.repeats or (SMOKE_REPEATS if args.smoke else
+                             QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
   if repeats < 1:
     parser.error("--repeats must be >= 1.")
   algorithms = list(args.algorithms or (QUICK_ALGORITHMS if args.quick else _harness.ALGORITHMS))
   overrides = _parse_steps(args.steps, parser)
   families = list(dict.fromkeys(_harness.algorithm_family(a) for a in algorithms))
-  grids = {name: step_grids(name, args.quick, overrides) for name in datasets}
+  grids = {name: step_grids(name, args.quick, overrides, args.smoke) for name in datasets}
   missing = sorted({f for g in grids.values() for f in families if f not in g})
   if missing:
     parser.error(f"no T grid for algorithm family {missing}; add it to STEP_GRIDS / "
@@ -517,7 +547,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     for name in datasets:
       print(f"loading {name} ...", file=sys.stderr, flush=True)
-      loaded[name] = _harness.load_dataset(name, args.data_dir)
+      if smoke_set:
+        n, d = SMOKE_DATASET[1]
+        loaded[name] = dpjax.data.synthetic(SEED, n=n, d=d)
+      else:
+        loaded[name] = _harness.load_dataset(name, args.data_dir)
   except _harness.MissingDataError as err:
     print(f"error: {err}", file=sys.stderr)
     return 2
@@ -537,6 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   payload = {
       "machine": info,
       "quick": bool(args.quick),
+      "smoke": bool(args.smoke),
       "epsilon": EPSILON,
       "accounting": ACCOUNTING,
       "init": INIT,

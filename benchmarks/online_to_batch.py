@@ -28,8 +28,21 @@ eps = 0.5 some decade of n where the loss falls >= 10x.
 
 Usage::
 
-  python benchmarks/online_to_batch.py --speed [--quick] [--out-dir ...]
-  python benchmarks/online_to_batch.py --rates [--quick] [--out-dir ...]
+  python benchmarks/online_to_batch.py --speed [--quick [--smoke]] [--out-dir ...]
+  python benchmarks/online_to_batch.py --rates [--quick [--smoke]] [--out-dir ...]
+
+``--quick`` (a smoke run): ``--speed`` with 8 steps per scan and 20 reps;
+``--rates`` on the grid of :data:`QUICK_RATES_GRID` (least squares, d = 5,
+n in {200, 2000}, eps in {0.5, 8}, 2 seeds, ``otb`` and single-pass DP-SGD).
+``--quick --smoke`` (the test suite's run; compiling is nearly all of its
+time, so it runs the fewest distinct programs that still produce every
+output): ``--speed`` times the non-private step and the fused GLM path in the
+buffered tree with exact node releases only (:data:`SMOKE_VARIANTS`: the
+rows of the criterion's kind; the other rows are the same loop over more
+transforms), ``--rates`` runs :data:`SMOKE_RATES_GRID` (``otb`` alone, one
+seed: two compiled passes, the fewest that give a slope and both criteria).
+Both write every output file, with the same schema; the JSON records
+``quick`` and ``smoke``.
 
 Outputs ``online_to_batch_speed.{json,md}`` and
 ``online_to_batch_rates.{json,md,png}``.
@@ -43,8 +56,6 @@ import sys
 import time
 import warnings
 from typing import Any, Sequence
-
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -60,6 +71,13 @@ STEM = "online_to_batch_speed"
 RATES_STEM = "online_to_batch_rates"
 SPEED_CRITERION = 3.0
 DIM, BATCH = 100, 1024
+# --quick --smoke --speed: how many of variants()'s rows run: the non-private step and the fused
+# GLM path in the buffered tree with exact node releases (the first conversion row).
+SMOKE_VARIANTS = 2
+# --rates grids (keyword arguments of _rates.run; the full run takes its defaults).
+QUICK_RATES_GRID = dict(losses=("least_squares",), dims=(5,), ns=(200, 2000),
+                        epsilons=(0.5, 8.0), seeds=2, methods=("otb", "single-pass-dp-sgd"))
+SMOKE_RATES_GRID = dict(QUICK_RATES_GRID, seeds=1, methods=("otb",))
 
 
 def _logistic(w, example):
@@ -72,8 +90,11 @@ def _batches(steps: int, seed: int = 0) -> tuple[jax.Array, jax.Array]:
   return (jnp.asarray(x).reshape(steps, BATCH, DIM), jnp.asarray(y).reshape(steps, BATCH))
 
 
-def variants(steps: int) -> dict[str, Any]:
-  """name -> (init state, one-step function (state, xb, yb) -> state)."""
+def variants(steps: int, smoke: bool = False) -> dict[str, Any]:
+  """name -> (init state, one-step function (state, xb, yb) -> state).
+
+  ``smoke``: the first :data:`SMOKE_VARIANTS` rows only.
+  """
   out = {}
   sgd = optax.sgd(0.1)
   w0 = jnp.zeros(DIM)
@@ -86,9 +107,10 @@ def variants(steps: int) -> dict[str, Any]:
 
   out["non-private minibatch gradient step (sgd)"] = ((w0, sgd.init(w0)), plain_step)
   clip = dpjax.transforms.difference_clip_bound(1.0, 1.0, 0.25, 2.0)
-  for mode, kwargs in (("buffered", {"loss": "logistic"}), ("honaker", {"loss": "logistic"}),
-                       ("buffered", {"loss": "logistic", "unsafe_float_noise": True}),
-                       ("buffered", {"loss_fn": _logistic})):
+  rows = (("buffered", {"loss": "logistic"}), ("honaker", {"loss": "logistic"}),
+          ("buffered", {"loss": "logistic", "unsafe_float_noise": True}),
+          ("buffered", {"loss_fn": _logistic}))
+  for mode, kwargs in rows[:SMOKE_VARIANTS - 1] if smoke else rows:
     with warnings.catch_warnings():  # the float-noise row says so in its name.
       warnings.simplefilter("ignore", dpjax.PrivacyLeakWarning)
       tx = dpjax.online_to_batch(dpjax.online.ogd(radius=1.0), batch_size=BATCH, steps=steps,
@@ -105,11 +127,11 @@ def variants(steps: int) -> dict[str, Any]:
   return out
 
 
-def measure(steps: int, reps: int) -> list[dict[str, Any]]:
+def measure(steps: int, reps: int, smoke: bool = False) -> list[dict[str, Any]]:
   xs, ys = _batches(steps)
   rows = []
   fns, args, scan_fns, scan_args, names, compile_s = [], [], [], [], [], []
-  for name, (state, step) in variants(steps).items():
+  for name, (state, step) in variants(steps, smoke).items():
     one = jax.jit(step)
     one_c, c1 = _harness.compile_fn(one, state, xs[0], ys[0])
 
@@ -161,8 +183,7 @@ def markdown(rows: list[dict[str, Any]], info: dict[str, Any], steps: int) -> st
 
 def rates(args: argparse.Namespace) -> int:
   """The rates experiment (``_rates``); ``--quick`` is a small smoke grid."""
-  grid = dict(losses=("least_squares",), dims=(5,), ns=(200, 2000), epsilons=(0.5, 8.0),
-              seeds=2, methods=("otb", "single-pass-dp-sgd")) if args.quick else {}
+  grid = (SMOKE_RATES_GRID if args.smoke else QUICK_RATES_GRID) if args.quick else {}
   info = _harness.machine_info()
   t0 = time.perf_counter()
   records = _rates.run(progress=lambda cells: _harness.progress(cells, desc="rates"), **grid)
@@ -176,7 +197,8 @@ def rates(args: argparse.Namespace) -> int:
             "seconds are in the JSON).", "- protocol: " + " ".join(
                 _rates.__doc__.split("\n\n")[-2].split()), f"- plot: `{png.name}`"]
   lines += _rates.markdown(records, summary)
-  payload = {"machine": info, "quick": bool(args.quick), "seconds": seconds,
+  payload = {"machine": info, "quick": bool(args.quick), "smoke": bool(args.smoke),
+             "seconds": seconds,
              "grid": {k: list(v) if isinstance(v, tuple) else v for k, v in grid.items()},
              "records": records, "summary": summary}
   _, md = _harness.write_results(directory, RATES_STEM, payload, "\n".join(lines))
@@ -190,11 +212,18 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--speed", action="store_true", help="measure the cost of one step")
   parser.add_argument("--rates", action="store_true",
                       help="the rates experiment (excess population loss against n)")
-  parser.add_argument("--scan-steps", type=int, default=None, help="steps per scan (default 64)")
-  parser.add_argument("--reps", type=int, default=None, help="timed repetitions (default 200)")
+  parser.add_argument("--scan-steps", type=int, default=None, help="steps per scan (default 64; 8 with --quick)")
+  parser.add_argument("--reps", type=int, default=None,
+                      help="timed repetitions (default 200; 20 with --quick)")
+  parser.add_argument("--smoke", action="store_true",
+                      help="with --quick (the test suite's run): --speed times the non-private "
+                      "step and the fused GLM path (buffered tree, exact noise) only; --rates "
+                      "runs otb alone with one seed; every output is still written")
   args = parser.parse_args(argv)
   if args.speed == args.rates:
     parser.error("pass exactly one of --speed or --rates")
+  if args.smoke and not args.quick:
+    parser.error("--smoke needs --quick")
   if args.rates:
     return rates(args)
   steps = args.scan_steps or (8 if args.quick else 64)
@@ -202,8 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   if steps < 1 or reps < 1:
     parser.error("--scan-steps and --reps must be >= 1")
   info = _harness.machine_info()
-  rows = measure(steps, reps)
-  payload = {"machine": info, "quick": bool(args.quick), "dim": DIM, "batch": BATCH,
+  rows = measure(steps, reps, args.smoke)
+  payload = {"machine": info, "quick": bool(args.quick), "smoke": bool(args.smoke),
+             "dim": DIM, "batch": BATCH,
              "scan_steps": steps, "reps": reps, "criterion": SPEED_CRITERION, "rows": rows}
   _, md = _harness.write_results(_harness.out_dir(args), STEM, payload,
                                  markdown(rows, info, steps))

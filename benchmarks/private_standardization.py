@@ -38,10 +38,15 @@ features) and is not computed: ``dpjax.problem.solve.optimum_loss`` is replaced 
 a stub returning 0 for this script only, so ``excess_losses`` are the
 training losses.
 
-  python benchmarks/private_standardization.py [--data-dir ../shared/data] [--quick]
+  python benchmarks/private_standardization.py [--data-dir ../shared/data] [--quick [--smoke]]
 
 Writes ``benchmarks/results/private_standardization.{json,md}`` (``--quick``:
-a1a.t, eps = 1, DP-GD, 2 runs each, into ``results/quick/``).
+a1a.t, eps = 1, DP-GD, 2 runs each, into ``results/quick/``). ``--quick
+--smoke`` (the test suite's run; compilation is most of its time, and the
+LIBSVM parse the rest): :func:`smoke_dataset` in place of a1a.t, binary
+features generated from a public seed (no file needed), and one run per
+cell; the same three preprocessings, fits and outputs, with ``smoke`` in
+the JSON.
 """
 
 from __future__ import annotations
@@ -81,6 +86,20 @@ LABELS = {
 }
 PRIVATE = {"per-row": True, "private-standardization": True, "paper": False}
 QUICK = {"datasets": ("a1a.t",), "epsilons": (1.0,), "algorithms": ("dp-gd",), "runs": 2}
+# --quick --smoke: QUICK's cells, one run each, on smoke_dataset() (name, n, d).
+SMOKE_DATASET = ("synthetic-binary", 2_000, 20)
+SMOKE_RUNS = 1
+
+
+def smoke_dataset(n: int = SMOKE_DATASET[1], d: int = SMOKE_DATASET[2]) -> data_lib.Dataset:
+  """Generated data in the benchmark's format: binary features (so the public bounds [0, 1]
+  hold by construction), labels from a logistic model of them.
+
+  The signs of :func:`dpjax.data.synthetic`'s rows (seed 0), ``x_ij = 1[z_ij > 0]``, with its
+  labels (drawn from ``sigmoid(<z_i, 1>)``, which the binary features predict, weakly).
+  """
+  ds = data_lib.synthetic(0, n=n, d=d)
+  return data_lib.Dataset((np.asarray(ds.x) > 0).astype(np.float32), np.asarray(ds.y))
 
 
 def split(n: int, seed: int = SPLIT_SEED, test_fraction: float = 0.2):
@@ -125,8 +144,10 @@ def _cell(variant: str, runs: list[dict], extra: dict) -> dict[str, Any]:
 
 
 def run_dataset(name: str, args: argparse.Namespace, epsilons, algorithms, runs: int,
-                bar) -> dict[str, Any]:
-  raw = _harness.load_dataset(name, args.data_dir, preprocess="none")
+                bar, raw: data_lib.Dataset | None = None) -> dict[str, Any]:
+  """Every cell of one data set: ``raw`` (features unscaled), or dataset ``name``'s raw file."""
+  if raw is None:
+    raw = _harness.load_dataset(name, args.data_dir, preprocess="none")
   train, test = split(raw.n)
   x_tr, y_tr = np.asarray(raw.x)[train], np.asarray(raw.y)[train]
   x_te, y_te = np.asarray(raw.x)[test], np.asarray(raw.y)[test]
@@ -218,12 +239,19 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   _harness.add_common_args(parser)
   parser.add_argument("--runs", type=int, default=5, help="runs per cell (default 5)")
+  parser.add_argument("--smoke", action="store_true",
+                      help=f"with --quick (the test suite's run): generated binary data "
+                      f"({SMOKE_DATASET[1]:,} x {SMOKE_DATASET[2]}, no file needed) in place of "
+                      f"a1a.t and {SMOKE_RUNS} run per cell; every output is still written")
   args = parser.parse_args(argv)
-  datasets = QUICK["datasets"] if args.quick else DATASETS
+  if args.smoke and not args.quick:
+    parser.error("--smoke needs --quick")
+  datasets = ((SMOKE_DATASET[0],) if args.smoke else QUICK["datasets"]) if args.quick else DATASETS
   epsilons = QUICK["epsilons"] if args.quick else EPSILONS
   algorithms = QUICK["algorithms"] if args.quick else tuple(ALGORITHMS)
-  runs = QUICK["runs"] if args.quick else args.runs
-  if not _harness.data_files_present(datasets, args.data_dir):
+  runs = (SMOKE_RUNS if args.smoke else QUICK["runs"]) if args.quick else args.runs
+  generated = {SMOKE_DATASET[0]: smoke_dataset()} if args.smoke else {}
+  if not _harness.data_files_present([d for d in datasets if d not in generated], args.data_dir):
     return 2
   info = _harness.machine_info()
   t_start = time.perf_counter()
@@ -232,11 +260,13 @@ def main(argv: list[str] | None = None) -> int:
   bar = _harness.ProgressBar(len(datasets) * len(epsilons) * len(algorithms) * len(VARIANTS),
                              "private standardization")
   try:
-    results = [run_dataset(name, args, epsilons, algorithms, runs, bar) for name in datasets]
+    results = [run_dataset(name, args, epsilons, algorithms, runs, bar, generated.get(name))
+               for name in datasets]
   finally:
     bar.close()
     solve.optimum_loss = real_optimum
-  payload = {"machine": info, "quick": bool(args.quick), "runs": runs, "bounds": list(BOUNDS),
+  payload = {"machine": info, "quick": bool(args.quick), "smoke": bool(args.smoke), "runs": runs,
+             "bounds": list(BOUNDS),
              "budget_share": BUDGET_SHARE, "split_seed": SPLIT_SEED,
              "algorithms": {a: ALGORITHMS[a] for a in algorithms}, "epsilons": list(epsilons),
              "datasets": results, "seconds_total": time.perf_counter() - t_start}
