@@ -85,9 +85,22 @@ def per_step_budget(rho: Any, steps: Any, rho_per_step: Any) -> tuple[Any, int |
 SEED_BITS = 64  # explicit seeds are integers in [0, 2**SEED_BITS); none is ever cut to 32 bits
 
 
+_KEY_WORDS: dict[str, tuple[int, ...]] = {}  # default PRNG implementation -> its key data shape
+
+
 def _key_words() -> tuple[int, ...]:
-  """Shape of the default PRNG implementation's key data (``(2,)`` for threefry)."""
-  return tuple(jax.random.key_data(jax.random.key(0)).shape)
+  """Shape of the default PRNG implementation's key data (``(2,)`` for threefry).
+
+  Read once per implementation (the ``jax_default_prng_impl`` setting in force), not per
+  key: making a key to read its shape costs two eager dispatches, as much as the key itself.
+  """
+  impl = getattr(jax.config, "jax_default_prng_impl", None)
+  shape = _KEY_WORDS.get(impl) if impl is not None else None
+  if shape is None:
+    shape = tuple(jax.random.key_data(jax.random.key(0)).shape)
+    if impl is not None:
+      _KEY_WORDS[impl] = shape
+  return shape
 
 
 def key_from_seed(seed: int) -> jax.Array:

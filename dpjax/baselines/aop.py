@@ -35,7 +35,6 @@ import math
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _common
@@ -303,7 +302,9 @@ def _host_key(key: Any) -> jax.Array:
   return key
 
 
-_split_two = jax.jit(jax.random.split)  # one dispatch instead of an eager chain per call
+# One dispatch instead of an eager chain per call; the two keys come back as a tuple, so
+# unpacking them costs no eager indexing of a key array.
+_split_two = jax.jit(lambda key: tuple(jax.random.split(key)))
 
 
 @functools.partial(jax.jit, static_argnames=("audit_scale",))
@@ -414,9 +415,10 @@ def aop(
   # The output perturbation is the release: through the exact sampler, sensitivity
   # 2 n gamma / Lambda (the approximate minimisers' distance bound) at std sigma_out.
   with jax.enable_x64(True):
+    # Host float64 arguments go to the compiled call as they are (no eager conversion each).
     released = np.asarray(jax.device_get(_aop_output(
-        key_out, jnp.asarray(theta if certified else np.zeros(d), jnp.float64),
-        jnp.float64(2.0 * n * cal.gamma / cal.big_lambda), jnp.float64(cal.sigma_out),
+        key_out, np.asarray(theta if certified else np.zeros(d), np.float64),
+        np.float64(2.0 * n * cal.gamma / cal.big_lambda), np.float64(cal.sigma_out),
         audit_scale=noise.audit_scale())), np.float64)
   info = {**cal._asdict(), "max_iter": max_iter, "private": True}
   return released, info

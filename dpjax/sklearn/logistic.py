@@ -83,6 +83,12 @@ def _compiled_run(algorithm: str, n: int, d: int, steps: int, average: str,
   return jax.jit(run)
 
 
+@functools.partial(jax.jit, static_argnums=1)
+def _split_keys(key: jax.Array, num: int) -> tuple[jax.Array, ...]:
+  """``tuple(jax.random.split(key, num))`` in one dispatch (no eager indexing of a key array)."""
+  return tuple(jax.random.split(key, num))
+
+
 class DPLogisticRegression(ClassifierMixin, BaseEstimator):
   """Differentially private logistic regression (binary, or one-vs-rest).
 
@@ -385,14 +391,14 @@ class DPLogisticRegression(ClassifierMixin, BaseEstimator):
     z = data_lib.clip_rows(u.astype(work), 1.0)  # rounding to `work` never leaves the ball.
     run = _compiled_run(algorithm, n, dz, steps, average, tuple(sorted(options.items())),
                         float(rho_each), float(training.DEFAULT_GUARD_RADIUS))
-    keys = jax.random.split(key, n_fits)
+    keys = _split_keys(key, n_fits)
     eps_each = accounting_lib.zcdp_to_epsilon(rho_each, delta, self.accounting)
     zj = jnp.asarray(z)
     weights, resets, spent = [], [], []
     for k in range(n_fits):
       positive = 1 if n_fits == 1 else k
       yk = np.where(y_index == positive, 1.0, -1.0).astype(work)
-      w, reset, state = jax.device_get(run(keys[k], zj, jnp.asarray(yk)))
+      w, reset, state = jax.device_get(run(keys[k], zj, yk))
       budget_lib.check_spent(state, epsilon=eps_each, delta=delta, method=self.accounting,
                              what=f"DPLogisticRegression ({algorithm!r}, fit {k})")
       weights.append(np.asarray(w, np.float64))

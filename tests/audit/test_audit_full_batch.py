@@ -3,6 +3,9 @@
 Each test runs the correct mechanism and its two broken twins (noise/2 and
 2x sensitivity) at 4,000 runs a side (``benchmarks/audit.py`` runs every
 entry at 100,000); the claim is the accountant's epsilon at delta = 0.1.
+The default run audits one entry per module and channel (5 entries; the cost
+is the compilation of the audited programs, not the runs); ``--full`` adds a
+second Newton direction entry (qu curvature, add, fixed lambda).
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ from dpjax.audit import mechanisms
 NUM_SAMPLES = mechanisms.TEST_SAMPLES_DEFAULT  # 4000
 CLAIM = 1.1603338527916167  # rho = 0.5 as (epsilon, 0.1)-DP, exact Gaussian conversion.
 
-# A few entries per kind; benchmarks/audit.py runs all of them.
-NAMES = ["dp-gd-4-steps", "newton-hess-clip-adaptive-direction", "newton-qu-add-fixed-direction",
+# One entry per module and channel in the default run, a second Newton direction entry in
+# the full tier; benchmarks/audit.py runs all of them. (The default run also audits the
+# hessian/add/fixed direction and gradient channels and the qu/clip/adaptive trace below.)
+NAMES = ["dp-gd-4-steps", "newton-hess-clip-adaptive-direction",
+         pytest.param("newton-qu-add-fixed-direction", marks=pytest.mark.full),
          "newton-hess-add-adaptive-trace", "precond-gd-curvature", "precond-gd-end-to-end"]
 
 
