@@ -190,78 +190,22 @@ def test_outputs_and_schema(fr, run_mode, quick_run):
 
 @pytest.mark.full
 def test_quick_outputs_and_schema(fr, quick_run):
-  for name in ("privacy_utility_frontier.json", "privacy_utility_frontier.md",
-               "privacy_utility_frontier.png", f"privacy_utility_frontier_{fr.QUICK_DATASET}.json"):
-    assert (quick_run / name).stat().st_size > 0, name
+  """The quick run's own sizes. Under ``--full`` the module's run is the quick run, so
+  ``test_outputs_and_schema`` checks everything else of it (schema, selection, fresh
+  runs, match, tables and report) against ``fr.QUICK``."""
   per = _per_dataset(fr, quick_run)
-  assert set(per) == _DATASET_KEYS
   assert per["quick"] is True and (per["n"], per["d"]) == fr.QUICK_SHAPE
-  assert per["delta"] == pytest.approx(per["n"] ** -2)
-  assert per["epsilons"] == [1.0, 10.0] and per["accounting"] == "gaussian"
-  assert per["init"] == "zeros"
-  assert {"cpu", "cores", "jax", "commit", "command", "devices"} <= set(per["machine"])
-  assert per["history"][0]["command"] == per["machine"]["command"]
-  expected = {f for f in fr.FAMILY_IDS if f not in fr.QUICK_SKIPS}
-  if fr.auto_module()[0] is None:
-    expected.discard("auto")
-    assert "auto" in per["skipped"]
-  assert set(per["families"]) == expected
-  levels = [fr.eps_key(e) for e in per["epsilons"]]
-  for fam, rec in per["families"].items():
-    assert set(rec["fresh"]) == set(levels), fam
-    for lv in levels:
-      f = rec["fresh"][lv]
-      assert set(f) == _FRESH_KEYS, fam
-      # Fresh repeats: seed set B, never the selection's seed set A.
-      assert f["seed"] == per["report_seed"] == fr.REPORT_SEED != per["select_seed"]
-      assert f["repeats"] == 3 and len(f["excess_losses"]) == 3
-      assert f["mean"] == pytest.approx(np.mean(f["excess_losses"]), rel=1e-12)
-      assert f["seconds"] == per["timing"][f["timing_key"]]["seconds_run"] > 0
-      assert f["gradient_evaluations"] == f["steps"]
-      if fam == "auto":
-        continue
-      sel = rec["selected"][lv]
-      assert (f["steps"], f["options"], f["average"]) == (sel["steps"], sel["options"],
-                                                          sel["average"])
-      here = [c for c in rec["candidates"] if lv in c["results"]]
-      assert sel["mean"] == min(c["results"][lv]["mean"] for c in here) == f["selection_mean"]
-      chosen = next(c for c in here if (c["steps"], c["options"], c["average"]) == (
-          sel["steps"], sel["options"], sel["average"]))
-      # The fresh losses are other draws than the selection's (first 3 repeats of seed A).
-      assert not np.allclose(chosen["results"][lv]["excess_losses"], f["excess_losses"])
-      assert len(chosen["results"][lv]["excess_losses"]) == 3
+  assert per["epsilons"] == [1.0, 10.0]
   fams = per["families"]
-  assert all(c["average"] == "none" for c in fams["dp-gd"]["candidates"])
-  assert all(c["average"] == "last-half" for c in fams["dp-gd+avg"]["candidates"])
-  # dp-gd and dp-gd+avg are the same runs read two ways.
-  assert ([c["steps"] for c in fams["dp-gd"]["candidates"]]
-          == [c["steps"] for c in fams["dp-gd+avg"]["candidates"]])
   assert {c["options"]["learning_rate"] for c in fams["dp-gd-step"]["candidates"]} == {4.0, 16.0}
   assert all(c["options"]["learning_rate"] * c["steps"] <= fr.QUICK.max_eta_steps
              for c in fams["dp-gd-step"]["candidates"])
   assert {c["average"] for c in fams["precond-gd"]["candidates"]} == {"none", "last-half"}
   assert {c["options"]["learning_rate"] for c in fams["precond-gd"]["candidates"]} == {1.0, 2.0}
-  # The match of dp-gd's selection: the smallest-m candidate reaching it, re-run fresh.
-  for lv, mt in fams["precond-gd"]["match"].items():
-    assert mt["target"] == fams["dp-gd"]["selected"][lv]["mean"]
-    cand = fr.match_candidate(fams["precond-gd"], lv, mt["target"])
-    assert (cand["steps"], cand["options"], cand["average"]) == (mt["steps"], mt["options"],
-                                                                 mt["average"])
-    assert mt["fresh"]["seed"] == fr.REPORT_SEED and len(mt["fresh"]["excess_losses"]) == 3
-  assert all(f["curvature_evaluations"] == 1 for f in fams["precond-gd"]["fresh"].values())
-  assert all(f["curvature_evaluations"] == f["steps"] for f in fams["qu-clip"]["fresh"].values())
   combined = json.loads((quick_run / "privacy_utility_frontier.json").read_text())
-  assert {"schema", "machine", "quick", "datasets", "frontier", "acceptance"} <= set(combined)
-  for r in combined["frontier"]:
-    base = fams["dp-gd"]["fresh"][fr.eps_key(r["epsilon"])]["mean"]
-    strong = fams["dp-gd-step+avg"]["fresh"][fr.eps_key(r["epsilon"])]["mean"]
-    assert r["ratio_dp_gd"] == pytest.approx(r["mean"] / base)
-    assert r["ratio_strongest_first_order"] == pytest.approx(r["mean"] / strong)
   assert len(combined["acceptance"]["rows"]) == 2
   assert combined["acceptance"]["summary"]["cells"] == 2
-  md = (quick_run / "privacy_utility_frontier.md").read_text()
-  assert "Acceptance summary" in md and "Quick smoke run" in md
-  assert f"## {fr.QUICK_DATASET}" in md and "seed set B" in md
+  assert f"## {fr.QUICK_DATASET}" in (quick_run / "privacy_utility_frontier.md").read_text()
 
 
 def test_auto_row(fr, run_mode, quick_run):
