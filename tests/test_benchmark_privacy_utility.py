@@ -112,46 +112,13 @@ def test_outputs_and_schema(pu, run_mode, quick_run):
 
 @pytest.mark.full
 def test_quick_outputs_and_schema(pu, quick_run):
-  for name in ("privacy_utility.json", "privacy_utility.md", "privacy_utility.png",
-               "privacy_utility_synthetic.json"):
-    assert (quick_run / name).stat().st_size > 0, name
+  """The quick run's own dataset, accountings and algorithms. Under ``--full`` the module's
+  run is the quick run, so ``test_outputs_and_schema`` checks everything else of it."""
   per = json.loads((quick_run / "privacy_utility_synthetic.json").read_text())
-  assert set(per) == _DATASET_KEYS
   assert per["quick"] is True and per["repeats"] == 3 and per["dataset"] == "synthetic"
-  assert per["delta"] == pytest.approx(per["n"] ** -2)
-  assert {"cpu", "cores", "jax", "jaxlib", "commit", "command", "devices"} <= set(per["machine"])
-  ids = [lv["id"] for lv in per["levels"]]
-  for lv in per["levels"]:  # every level's rho is its accounting's conversion of eps.
-    assert lv["rho"] == accounting.epsilon_to_zcdp(lv["epsilon"], per["delta"], lv["accounting"])
   assert {lv["accounting"] for lv in per["levels"]} == {"paper", "gaussian"}
   assert set(per["algorithms"]) == set(pu.QUICK_ALGORITHMS)
-  assert set(pu.QUICK_ALGORITHMS) <= set(pu._harness.ALGORITHMS)
-  for name, rec in per["algorithms"].items():
-    assert rec["family"] == pu._harness.algorithm_family(name)
-    ran = sorted(r["steps"] for r in rec["runs"])
-    assert set(rec["timing"]) == {str(t) for t in pu.timed_steps(per)[name]}
-    assert set(rec["timing"]) <= {str(t) for t in ran}
-    assert {str(b["steps"]) for b in rec["best"].values()} <= set(rec["timing"])
-    assert all(t["seconds_run"] > 0 and t["seconds_compile"] > 0 for t in rec["timing"].values())
-    assert all(t["executions"] in (1, pu.TIMING_RUNS) for t in rec["timing"].values())
-    for i in ids:
-      means = {r["steps"]: r["results"][i]["mean"] for r in rec["runs"] if i in r["results"]}
-      best = rec["best"][i]
-      assert best["mean"] == min(means.values()) and means[best["steps"]] == best["mean"]
-      for r in rec["runs"]:
-        if i in r["results"]:
-          res = r["results"][i]
-          assert len(res["excess_losses"]) == 3 and math.isfinite(res["mean"])
-          assert res["mean"] == pytest.approx(np.mean(res["excess_losses"]), rel=1e-12)
-  combined = json.loads((quick_run / "privacy_utility.json").read_text())
-  assert {"schema", "machine", "quick", "datasets", "table", "summary", "reference"} <= set(combined)
-  assert combined["table"] and all(set(r) == _ROW_KEYS for r in combined["table"])
-  for r in combined["table"]:
-    assert r["loss_ratio"] == pytest.approx(r["mean"] / r["gd_mean"])
-    assert r["time_ratio"] == pytest.approx(r["gd_seconds"] / r["seconds"])
-    assert r["verdict"] in ("win", "tie", "loss")
-  md = (quick_run / "privacy_utility.md").read_text()
-  assert "Main table" in md and "Quick smoke run" in md and "| synthetic |" in md
+  assert "| synthetic |" in (quick_run / "privacy_utility.md").read_text()
 
 
 def test_report_only_rebuilds(pu, quick_run, capsys):
