@@ -18,6 +18,22 @@ def bench():
   return load_benchmark("private_standardization")
 
 
+def _cells(bench, ds: dict) -> dict:
+  """A dataset's cells by variant, after the checks every run must pass: the three variants
+  (two private), the standardization's share of the budget, and one budget for all three."""
+  cells = {c["variant"]: c for c in ds["cells"]}
+  assert set(cells) == set(bench.VARIANTS)
+  assert [cells[v]["private"] for v in bench.VARIANTS] == [True, True, False]
+  std = cells["private-standardization"]
+  assert std["rho_standardization"] == pytest.approx(bench.BUDGET_SHARE * std["rho_total"])
+  assert std["rho_spent"] == pytest.approx(std["rho_total"], rel=1e-6)  # the total includes it
+  for c in cells.values():
+    # The same budget for all three (to the last bits: the exact noise's slack reserve).
+    assert c["rho_total"] == pytest.approx(cells["per-row"]["rho_total"], rel=1e-12)
+    assert all(math.isfinite(v) and v > 0 for v in c["test_loss"] + c["train_loss"])
+  return cells
+
+
 def test_smoke_writes_results(bench, tmp_path: pathlib.Path) -> None:
   out = tmp_path / "out"
   # No --data-dir: the smoke run's data are generated.
@@ -34,19 +50,11 @@ def test_smoke_writes_results(bench, tmp_path: pathlib.Path) -> None:
   assert ds["dataset"] == name and ds["n_train"] + ds["n_test"] == ds["n"] == n
   assert ds["n_test"] == round(0.2 * n) and ds["features"] == d
   assert 0.5 <= ds["majority_test_accuracy"] <= 1 and ds["release_seconds"] > 0
-  cells = {c["variant"]: c for c in ds["cells"]}
-  assert set(cells) == set(bench.VARIANTS)
-  assert [cells[v]["private"] for v in bench.VARIANTS] == [True, True, False]
-  std = cells["private-standardization"]
-  assert std["rho_standardization"] == pytest.approx(bench.BUDGET_SHARE * std["rho_total"])
-  assert std["rho_spent"] == pytest.approx(std["rho_total"], rel=1e-6)  # the total includes it
+  cells = _cells(bench, ds)
   for c in cells.values():
-    # The same budget for all three (to the last bits: the exact noise's slack reserve).
-    assert c["rho_total"] == pytest.approx(cells["per-row"]["rho_total"], rel=1e-12)
     assert c["delta"] == pytest.approx(ds["n_train"] ** -2)
     assert c["steps"] == bench.ALGORITHMS[c["algorithm"]]["steps"]
     assert len(c["test_accuracy"]) == 1 and all(0 <= a <= 1 for a in c["test_accuracy"])
-    assert all(math.isfinite(v) and v > 0 for v in c["test_loss"] + c["train_loss"])
     assert c["test_accuracy_se"] == 0.0  # one run
   md = (out / "private_standardization.md").read_text()
   assert "paper standardization (NOT PRIVATE) | **no** |" in md and "- command: `" in md
@@ -76,17 +84,9 @@ def test_quick_writes_results(bench, tmp_path: pathlib.Path) -> None:
   assert payload["quick"] is True and "cpu" in payload["machine"] and payload["runs"] == 2
   (ds,) = payload["datasets"]
   assert ds["dataset"] == "a1a.t" and ds["n_train"] + ds["n_test"] == ds["n"] == 30956
-  cells = {c["variant"]: c for c in ds["cells"]}
-  assert set(cells) == set(bench.VARIANTS)
-  assert [cells[v]["private"] for v in bench.VARIANTS] == [True, True, False]
-  std = cells["private-standardization"]
-  assert std["rho_standardization"] == pytest.approx(bench.BUDGET_SHARE * std["rho_total"])
-  assert std["rho_spent"] == pytest.approx(std["rho_total"], rel=1e-6)  # the total includes it
+  cells = _cells(bench, ds)
   for c in cells.values():
-    # The same budget for all three (to the last bits: the exact noise's slack reserve).
-    assert c["rho_total"] == pytest.approx(cells["per-row"]["rho_total"], rel=1e-12)
     assert len(c["test_accuracy"]) == 2 and all(0.7 < a <= 1 for a in c["test_accuracy"])
-    assert all(math.isfinite(v) and v > 0 for v in c["test_loss"] + c["train_loss"])
   md = (out / "private_standardization.md").read_text()
   assert "paper standardization (NOT PRIVATE) | **no** |" in md and "- command: `" in md
 
