@@ -121,24 +121,12 @@ def test_rates_smoke_writes_table_plot_and_criteria(ob, tmp_path):
 def test_rates_quick_writes_table_plot_and_criteria(ob, tmp_path):
   assert ob.main(["--rates", "--quick", "--out-dir", str(tmp_path)]) == 0
   payload = json.loads((tmp_path / f"{ob.RATES_STEM}.json").read_text())
-  assert (tmp_path / f"{ob.RATES_STEM}.png").stat().st_size > 10_000
   recs = payload["records"]
   # 2 n x (otb: 2 eps) + 2 n x (dp-sgd: 2 eps x the step multipliers)
   rates = load_benchmark("_rates")
   assert len(recs) == 2 * 2 + 2 * 2 * len(rates.LR_MULTIPLIERS)
-  for r in recs:
-    # -1e-12: least squares is a sum of squares (exactly >= 0); logistic is a float64 mean
-    # of KL terms, each >= 0 up to ~1e-16 rounding.
-    assert len(r["excess"]) == 2 and all(np.isfinite(r["excess"])) and min(r["excess"]) >= -1e-12
-    assert r["delta"] == pytest.approx(r["n"] ** -1.1)
-  crit = {c["criterion"].split(":")[0].split(" in ")[0]: c for c in payload["summary"]["criteria"]}
-  assert set(crit) == {"slope at eps=8", "eps=0.5"}
-  curve = next(c for c in payload["summary"]["curves"]
-               if c["method"] == "otb" and c["epsilon"] == 8.0)
-  assert crit["slope at eps=8"]["value"] == pytest.approx(
-      math.log(curve["means"][1] / curve["means"][0]) / math.log(10.0))
-  md = (tmp_path / f"{ob.RATES_STEM}.md").read_text()
-  assert "## Criteria" in md and "machine:" in md and "| otb |" in md
+  assert all(len(r["excess"]) == 2 for r in recs)
+  _check_rates_outputs(ob, tmp_path, payload)
 
 
 def test_rates_population_is_as_documented():
