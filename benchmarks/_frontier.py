@@ -1284,9 +1284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "at eps = 1 with one-point grids (_frontier.SMOKE: dp-gd T = 25, "
                            "precond-gd m = 10, qu-clip T = 2): the fewest compiled programs (the "
                            "test suite's default run)")
-  args = parser.parse_args(argv)
-  if args.smoke and not args.quick:
-    parser.error("--smoke needs --quick")
+  args = _harness.parse_args(parser, argv)
   directory = _harness.out_dir(args)
   info = _harness.machine_info()
   if args.report_only:

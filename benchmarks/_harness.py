@@ -172,6 +172,15 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
       help="smoke run (small data and grids, under 2 minutes); CI runs it")
 
 
+def parse_args(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+  """``parser.parse_args(argv)`` and the harness's rule for the flags it shares: ``--smoke``
+  (a script's smallest run, the test suite's default) needs ``--quick``."""
+  args = parser.parse_args(argv)
+  if getattr(args, "smoke", False) and not args.quick:
+    parser.error("--smoke needs --quick")
+  return args
+
+
 def out_dir(args: argparse.Namespace) -> pathlib.Path:
   """The results directory of a parsed command line (created)."""
   path = args.out_dir or (RESULTS_DIR / "quick" if args.quick else RESULTS_DIR)

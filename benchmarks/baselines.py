@@ -164,9 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="with --quick (the test suite's run): only "
                       f"{', '.join(SMOKE_METHODS)} (one method of each kind); every output is "
                       "still written")
-  args = parser.parse_args(argv)
-  if args.smoke and not args.quick:
-    parser.error("--smoke needs --quick")
+  args = _harness.parse_args(parser, argv)
   methods = SMOKE_METHODS if args.smoke else METHODS
   t0 = time.perf_counter()
   if args.quick:

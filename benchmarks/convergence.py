@@ -520,9 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   """Runs the benchmark; returns the exit status (2 for a missing data file)."""
   t_start = time.perf_counter()
   parser = build_parser()
-  args = parser.parse_args(argv)
-  if args.smoke and not args.quick:
-    parser.error("--smoke needs --quick")
+  args = _harness.parse_args(parser, argv)
   smoke_set = args.smoke and args.datasets is None
   datasets = list(args.datasets or ([SMOKE_DATASET[0]] if smoke_set else
                                     QUICK_DATASETS if args.quick else DEFAULT_DATASETS))

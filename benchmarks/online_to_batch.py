@@ -219,11 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="with --quick (the test suite's run): --speed times the non-private "
                       "step and the fused GLM path (buffered tree, exact noise) only; --rates "
                       "runs otb alone with one seed; every output is still written")
-  args = parser.parse_args(argv)
+  args = _harness.parse_args(parser, argv)
   if args.speed == args.rates:
     parser.error("pass exactly one of --speed or --rates")
-  if args.smoke and not args.quick:
-    parser.error("--smoke needs --quick")
   if args.rates:
     return rates(args)
   steps = args.scan_steps or (8 if args.quick else 64)

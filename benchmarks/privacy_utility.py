@@ -673,9 +673,7 @@ def main(argv=None) -> int:
                            f"{SMOKE_GRIDS['second-order'][0]}) and {', '.join(SMOKE_ALGORITHMS)} "
                            "unless --algorithms is given: the fewest compiled programs (the test "
                            "suite's default run)")
-  args = parser.parse_args(argv)
-  if args.smoke and not args.quick:
-    parser.error("--smoke needs --quick")
+  args = _harness.parse_args(parser, argv)
   directory = _harness.out_dir(args)
   info = _harness.machine_info()
   compiled.clear()  # the compile times below are cold compiles, not earlier calls' programs

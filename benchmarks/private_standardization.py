@@ -243,9 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                       help=f"with --quick (the test suite's run): generated binary data "
                       f"({SMOKE_DATASET[1]:,} x {SMOKE_DATASET[2]}, no file needed) in place of "
                       f"a1a.t and {SMOKE_RUNS} run per cell; every output is still written")
-  args = parser.parse_args(argv)
-  if args.smoke and not args.quick:
-    parser.error("--smoke needs --quick")
+  args = _harness.parse_args(parser, argv)
   datasets = ((SMOKE_DATASET[0],) if args.smoke else QUICK["datasets"]) if args.quick else DATASETS
   epsilons = QUICK["epsilons"] if args.quick else EPSILONS
   algorithms = QUICK["algorithms"] if args.quick else tuple(ALGORITHMS)

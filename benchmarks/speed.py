@@ -767,9 +767,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
   parser.add_argument("--smoke", action="store_true",
                       help="with --quick: the scaling section on the per-iteration synthetic "
                       "shape alone (one point for both axes; the test suite's smoke run)")
-  args = parser.parse_args(argv)
-  if args.smoke and not args.quick:
-    parser.error("--smoke needs --quick")
+  args = _harness.parse_args(parser, argv)
   if args.reps is None:
     args.reps = 5 if args.quick else 20
   if args.reps < 1:

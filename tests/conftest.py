@@ -191,6 +191,16 @@ def load_benchmark(name: str):
   return module
 
 
+def check_smoke_needs_quick(main, tmp_path, capsys, *argv: str) -> None:
+  """A benchmark's ``main([*argv, "--smoke"])`` without ``--quick`` exits 2, says why, and writes
+  nothing (``_harness.parse_args``)."""
+  out = tmp_path / "out"
+  with pytest.raises(SystemExit) as exc:
+    main([*argv, "--smoke", "--out-dir", str(out)])
+  assert exc.value.code == 2 and "--smoke needs --quick" in capsys.readouterr().err
+  assert not out.exists()
+
+
 # sha256(x bytes + y bytes) of a dataset as loaded -> dpjax.problem.solve.optimum_loss(x, y).
 # Its float64 Newton costs seconds on these (tens of seconds on a1a.t and on the
 # separable a5a); the solver is tested in test_solve.py (a1a.t: test_real_a1a_t).

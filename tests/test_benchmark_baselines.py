@@ -10,7 +10,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from conftest import load_benchmark
+from conftest import check_smoke_needs_quick, load_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +59,8 @@ def test_smoke_writes_results(bench, tmp_path: pathlib.Path) -> None:
   assert "| dp-gd-oracle |" not in md  # methods that did not run have no row
 
 
-def test_smoke_needs_quick(bench, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
-  with pytest.raises(SystemExit):
-    bench.main(["--smoke", "--out-dir", str(tmp_path / "out")])
-  assert "--smoke needs --quick" in capsys.readouterr().err
-  assert not (tmp_path / "out").exists()
+def test_smoke_needs_quick(bench, tmp_path, capsys):
+  check_smoke_needs_quick(bench.main, tmp_path, capsys)
 
 
 @pytest.mark.full

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from conftest import known_optima, load_benchmark
+from conftest import check_smoke_needs_quick, known_optima, load_benchmark
 from dpjax import data
 from dpjax.problem import solve
 
@@ -145,12 +145,8 @@ def test_smoke_writes_markdown_and_png(convergence: ModuleType, smoke_run) -> No
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_smoke_needs_quick(convergence: ModuleType, tmp_path: pathlib.Path,
-                           capsys: pytest.CaptureFixture) -> None:
-  with pytest.raises(SystemExit):
-    convergence.main(["--smoke", "--out-dir", str(tmp_path)])
-  assert "--smoke needs --quick" in capsys.readouterr().err
-  assert not list(tmp_path.iterdir())
+def test_smoke_needs_quick(convergence, tmp_path, capsys):
+  check_smoke_needs_quick(convergence.main, tmp_path, capsys)
 
 
 @pytest.mark.full

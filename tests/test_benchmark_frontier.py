@@ -25,7 +25,7 @@ import types
 import numpy as np
 import pytest
 
-from conftest import full_run, load_benchmark
+from conftest import check_smoke_needs_quick, full_run, load_benchmark
 
 _DATASET_KEYS = {"schema", "machine", "quick", "dataset", "n", "d", "delta", "loss_star", "ridge",
                  "start_excess", "epsilons", "accounting", "init", "select_seed", "report_seed",
@@ -256,10 +256,7 @@ def test_families_merge_keeps_the_others(fr, run_mode, quick_run, tmp_path):
 
 
 def test_smoke_needs_quick(fr, tmp_path, capsys):
-  with pytest.raises(SystemExit) as exc:
-    fr.main(["--smoke", "--out-dir", str(tmp_path)])
-  assert exc.value.code == 2 and "--smoke needs --quick" in capsys.readouterr().err
-  assert not list(tmp_path.iterdir())
+  check_smoke_needs_quick(fr.main, tmp_path, capsys)
 
 
 def test_merge_refuses_other_levels(fr):

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import load_benchmark
+from conftest import check_smoke_needs_quick, load_benchmark
 
 _FUSED_EXACT = "online_to_batch (fused GLM, buffered tree)"
 
@@ -74,10 +74,7 @@ def test_needs_one_mode_flag(ob, tmp_path, capsys):
 
 def test_smoke_needs_quick(ob, tmp_path, capsys):
   for mode in ("--speed", "--rates"):
-    with pytest.raises(SystemExit):
-      ob.main([mode, "--smoke", "--out-dir", str(tmp_path)])
-    assert "--smoke needs --quick" in capsys.readouterr().err
-  assert not list(tmp_path.iterdir())
+    check_smoke_needs_quick(ob.main, tmp_path, capsys, mode)
 
 
 def _check_rates_outputs(ob, tmp_path, payload):

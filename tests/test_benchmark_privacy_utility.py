@@ -15,7 +15,7 @@ import types
 import numpy as np
 import pytest
 
-from conftest import full_run, known_optima, load_benchmark
+from conftest import check_smoke_needs_quick, full_run, known_optima, load_benchmark
 from dpjax import accounting
 
 
@@ -133,10 +133,7 @@ def test_report_only_without_results_exits_2(pu, tmp_path, capsys):
 
 
 def test_smoke_needs_quick(pu, tmp_path, capsys):
-  with pytest.raises(SystemExit) as exc:
-    pu.main(["--smoke", "--out-dir", str(tmp_path)])
-  assert exc.value.code == 2 and "--smoke needs --quick" in capsys.readouterr().err
-  assert not list(tmp_path.iterdir())
+  check_smoke_needs_quick(pu.main, tmp_path, capsys)
 
 
 def test_missing_data_file_names_the_flag(pu, tmp_path, capsys):

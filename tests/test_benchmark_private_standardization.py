@@ -10,7 +10,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from conftest import DATA_DIR, load_benchmark, shared_data_file
+from conftest import DATA_DIR, check_smoke_needs_quick, load_benchmark, shared_data_file
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +68,8 @@ def test_smoke_dataset_is_binary_with_both_labels(bench) -> None:
   assert set(np.unique(ds.y)) == {-1.0, 1.0}
 
 
-def test_smoke_needs_quick(bench, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture) -> None:
-  with pytest.raises(SystemExit):
-    bench.main(["--smoke", "--out-dir", str(tmp_path / "out")])
-  assert "--smoke needs --quick" in capsys.readouterr().err
-  assert not (tmp_path / "out").exists()
+def test_smoke_needs_quick(bench, tmp_path, capsys):
+  check_smoke_needs_quick(bench.main, tmp_path, capsys)
 
 
 @pytest.mark.full
