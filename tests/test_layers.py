@@ -23,7 +23,7 @@ LAYERS: dict[int, tuple[str, ...]] = {
     1: ("_common", "checkpoint", "compiled"),
     2: ("data", "problem"),                                   # data and the problem
     3: ("accounting", "mechanisms"),                          # accounting and mechanisms
-    4: ("transforms", "online", "baselines"),                 # transforms and baselines
+    4: ("transforms", "online", "baselines", "runner"),       # transforms, baselines, the runner
     5: ("auto", "streaming", "drivers", "training"),          # training
     6: ("cli", "__main__", "sklearn", "audit"),               # front ends
 }

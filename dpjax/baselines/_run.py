@@ -4,9 +4,10 @@ Not a baseline of its own: it runs one of ``BASELINES`` and reports, in
 :class:`BaselineResult`, whether that baseline's output is private
 (``PRIVATE``: ``"aop"`` (epsilon, delta)-DP, ``"damped-newton-private"``
 rho-zCDP, ``"damped-newton"`` and ``"dp-gd-oracle"`` NOT private) and why
-(each baseline's module says so in full). The iterative baselines run as one
-``jax.jit`` of a ``jax.vmap`` over keys of a ``lax.scan`` over steps, compiled
-once per configuration; AOP runs on the host in float64. The divergence guard
+(each baseline's module says so in full). The iterative baselines run by the
+library's runner (:mod:`dpjax.runner`) as one ``jax.jit`` of a ``jax.vmap``
+over keys of a ``lax.scan`` over steps, compiled once per configuration; AOP
+runs on the host in float64. The divergence guard
 is public post-processing of the iterates and costs no privacy.
 """
 
@@ -19,12 +20,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from jax import lax
 
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting
+from dpjax import runner
 from dpjax.problem import glm
 from dpjax.baselines import _checks
 from dpjax.baselines.aop import aop, aop_calibration
@@ -136,25 +136,22 @@ def _compiled_run(name: str, kwargs: tuple, steps: int, guard_radius: float):
     tx = factory(key=k, **kwargs)
     w0 = jnp.zeros((x.shape[1],), x.dtype)
 
-    def step(carry, _):
-      w, state = carry
+    def inputs(w, t):
+      del t
       if newton:
         loss, g, h = glm.logistic_grad_and_curvature(w, x, y, "hessian")
-        u, state = tx.update(g, state, w, curvature_matrix=h)
-      else:
-        loss, g = glm.logistic_loss_and_grad(w, x, y)
-        u, state = tx.update(g, state, w, x=x, y=y)
-      w = optax.apply_updates(w, u)
-      # Public guard: `not (norm <= R)` is also True for NaN.
-      diverged = jnp.logical_not(jnp.linalg.norm(w) <= guard_radius)
-      w = jnp.where(diverged, w0, w)
-      return (w, state), (loss, diverged, state.step_size)
+        return g, {"curvature_matrix": h}, loss
+      loss, g = glm.logistic_loss_and_grad(w, x, y)
+      return g, {"x": x, "y": y}, loss
 
-    (w, state), (losses, resets, etas) = lax.scan(step, (w0, tx.init(w0)), None, length=steps)
+    scanned = runner.scan_steps(tx, w0, steps, inputs, guard_radius=guard_radius,
+                                record=lambda loss, w, state: (loss, state.step_size))
+    losses, etas = scanned.records
+    w = scanned.params
     losses = jnp.concatenate([losses, glm.logistic_loss(w, x, y)[None]])
-    return w, losses, jnp.sum(resets), etas, state.accountant
+    return w, losses, scanned.resets, etas, scanned.state.accountant
 
-  return jax.jit(jax.vmap(one_run, in_axes=(0, None, None)))
+  return runner.program(one_run)
 
 
 def run_baseline(

@@ -53,11 +53,11 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from dpjax import _common
 from dpjax import _validate
 from dpjax import compiled
+from dpjax import runner
 from dpjax import accounting as accounting_lib
 from dpjax.mechanisms import noise
 from dpjax import baselines
@@ -126,54 +126,35 @@ def _delta(delta: Any, n: int) -> float:
 
 
 def _scan_iterates(tx: Any, w0: jax.Array, steps: int, step_inputs: Callable,
-                   guard_radius: float) -> tuple[jax.Array, Any, jax.Array]:
-  """``lax.scan`` of ``steps`` updates; returns the iterates ``[T + 1, d]``, the state, resets.
+                   guard_radius: float, average: str) -> tuple[jax.Array, jax.Array, Any, Any]:
+  """One repeat by :func:`dpjax.runner.scan_steps`: ``(output, iterates [T + 1], state, resets)``.
 
-  ``step_inputs(w) -> (updates_in, extra_args)`` feeds ``tx.update``. After
-  each update the public divergence guard resets ``w`` to ``w0`` when
-  ``||w|| > guard_radius`` or not finite (post-processing of the release).
+  ``step_inputs(w) -> (updates_in, extra_args)`` feeds ``tx.update``; the
+  runner applies the public divergence guard and the tail ``average``, and
+  records every iterate (for the objective values, computed after the run).
   """
-
-  def body(carry, _):
-    w, state = carry
-    g, extra = step_inputs(w)
-    u, state = tx.update(g, state, w, **extra)
-    w = optax.apply_updates(w, u)
-    diverged = jnp.logical_not(jnp.linalg.norm(w) <= guard_radius)
-    w = jnp.where(diverged, w0, w)
-    return (w, state), (w, diverged)
-
-  (_, state), (ws, resets) = jax.lax.scan(body, (w0, tx.init(w0)), None, length=steps)
-  return jnp.concatenate([w0[None], ws]), state, jnp.sum(resets.astype(jnp.int32))
-
-
-def _output(trajectory: np.ndarray, average: str) -> np.ndarray:
-  """The output of each repeat: ``w_T`` or the mean of the last iterates (post-processing)."""
-  steps = trajectory.shape[1] - 1
-  if average == "none":
-    return trajectory[:, -1]
-  window = averaging.window_size(steps, average)
-  return trajectory[:, -window:].astype(np.float64).mean(axis=1).astype(trajectory.dtype)
+  scanned = runner.scan_steps(tx, w0, steps, lambda w, t: (*step_inputs(w), None),
+                              guard_radius=guard_radius, average=average,
+                              record=lambda value, w, state: w)
+  return (scanned.output, jnp.concatenate([w0[None], scanned.records]), scanned.state,
+          scanned.resets)
 
 
 def _run_compiled(one_repeat: Callable, x: np.ndarray, y: np.ndarray, repeats: int,
                   seed: int | None, timing_runs: int, placement: Any = None, *,
                   program: Any = None) -> tuple[Any, float, float]:
-  """``jit(vmap(one_repeat))`` over the repeats' keys; ``x``, ``y`` sharded as ``placement``
-  (:func:`dpjax._common.data_placement`: the caller's multi-device sharding) or on one device.
+  """The repeats of ``one_repeat(key, x, y)`` by the runner (:func:`dpjax.runner.program`);
+  ``x``, ``y`` sharded as ``placement`` (:func:`dpjax._common.data_placement`: the caller's
+  multi-device sharding) or on one device.
 
   The keys split ``dpjax._common.run_key(seed)``: fresh OS entropy for ``None``.
   ``program`` describes everything ``one_repeat`` closes over (Python values):
   a later call with the same description and argument shapes reuses the
   compiled program (:mod:`dpjax.compiled`).
   """
-  keys = _common.place_replicated(jax.random.split(_common.run_key(seed), repeats), placement)
+  keys = runner.repeat_keys(_common.run_key(seed), repeats, placement)
   args = (keys, *_common.place_data(x, y, placement))
-  jax.block_until_ready(args)
-  fn = jax.jit(jax.vmap(one_repeat, in_axes=(0, None, None)))
-  out, seconds_compile, seconds_run = compiled.compile_and_time(fn, args, timing_runs,
-                                                                key=program)
-  return jax.device_get(out), seconds_compile, seconds_run
+  return runner.run(runner.program(one_repeat), args, timing_runs, program_key=program)
 
 
 def _trajectory_objective(objective: Callable, trajectory: np.ndarray, x: np.ndarray,
@@ -294,15 +275,17 @@ def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, acco
   def one_repeat(key, x, y):
     tx = make(key)
     w0 = jnp.zeros((d,), x.dtype)
-    return _scan_iterates(tx, w0, steps, lambda w: (None, {"data": (x, y)}), guard_radius)
+    return _scan_iterates(tx, w0, steps, lambda w: (None, {"data": (x, y)}), guard_radius,
+                          average)
 
   program = ("poisson", algorithm, n, d, batch_size, curvature_batch_size, epsilon, delta, steps,
-             options, guard_radius, transforms.dp_sgd, transforms.dp_newton_minibatch)
+             options, guard_radius, average, transforms.dp_sgd, transforms.dp_newton_minibatch)
   out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement,
                                         program=program)
-  trajectory, state, resets = out
+  params, trajectory, state, resets = out
   objective = lambda w, x, y: glm.logistic_loss(w, x, y)  # noqa: E731
-  return _finish(trajectory, state, resets, x, y, algorithm=algorithm, objective=objective,
+  return _finish(params, trajectory, state, resets, x, y, algorithm=algorithm,
+                 objective=objective,
                  host=lambda p: _logistic_host(p, x, y), optimum=optimum, rho=None,
                  epsilon=epsilon, delta=delta, accounting="rdp", private=True, steps=steps,
                  seconds=(t_compile, t_run), average=average,
@@ -311,12 +294,12 @@ def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, acco
                  loss="logistic", options=options, objective_program=("logistic",))
 
 
-def _finish(trajectory, state, resets, x, y, *, algorithm, objective, host, optimum, rho, epsilon,
-            delta,
+def _finish(params, trajectory, state, resets, x, y, *, algorithm, objective, host, optimum, rho,
+            epsilon, delta,
             accounting, private, steps, seconds, average, gradient_evaluations,
             curvature_evaluations, loss, options, objective_program=None) -> result_lib.FitResult:
   trajectory = np.asarray(trajectory)
-  params = _output(trajectory, average)
+  params = np.asarray(params)
   loss_star, ridge = optimum()
   both = host(np.concatenate([params, trajectory[:, -1]]))
   r = params.shape[0]
@@ -365,14 +348,15 @@ def _cubic(x, y, *, rho, epsilon, delta, steps, repeats, seed, accounting, timin
       _, g, h = glm.logistic_grad_and_curvature(w, x, y, "hessian")
       return g + mu * w, {"curvature_matrix": h + mu * jnp.eye(d, dtype=h.dtype)}
 
-    return _scan_iterates(tx, w0, steps, inputs, guard_radius)
+    return _scan_iterates(tx, w0, steps, inputs, guard_radius, average)
 
-  program = ("cubic", kwargs, mu, d, steps, guard_radius, transforms.cubic_newton)
+  program = ("cubic", kwargs, mu, d, steps, guard_radius, average, transforms.cubic_newton)
   out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement,
                                         program=program)
-  trajectory, state, resets = out
+  params, trajectory, state, resets = out
   objective = lambda w, x, y: glm.logistic_loss(w, x, y) + 0.5 * mu * jnp.sum(w * w)  # noqa: E731
-  return _finish(trajectory, state, resets, x, y, algorithm="cubic-newton", objective=objective,
+  return _finish(params, trajectory, state, resets, x, y, algorithm="cubic-newton",
+                 objective=objective,
                  host=lambda p: _logistic_host(p, x, y, mu),
                  optimum=lambda: (ball_optimum(x, y, mu=mu, radius=radius)[1], mu), rho=rho,
                  epsilon=epsilon, delta=delta, accounting=accounting, private=True, steps=steps,
@@ -420,13 +404,13 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
                                         curvature=curvature)
       return s.grad, ({"curvature_matrix": s.hessian} if newton else {})
 
-    return _scan_iterates(tx, w0, steps, inputs, guard_radius)
+    return _scan_iterates(tx, w0, steps, inputs, guard_radius, average)
 
   program = ("general", algorithm, loss, loss_options, kwargs, d, steps, curvature, guard_radius,
-             factory)
+             average, factory)
   out, t_compile, t_run = _run_compiled(one_repeat, x, y, repeats, seed, timing_runs, placement,
                                         program=program)
-  trajectory, state, resets = out
+  params, trajectory, state, resets = out
 
   def host(p):
     z = np.asarray(x, np.float64) @ np.asarray(p, np.float64).T
@@ -437,7 +421,7 @@ def _general(x, y, algorithm, *, loss, loss_options, rho, epsilon, delta, steps,
   def optimum():
     return losses_lib.optimum(spec, x, y)[1], spec.regularization
 
-  return _finish(trajectory, state, resets, x, y, algorithm=algorithm,
+  return _finish(params, trajectory, state, resets, x, y, algorithm=algorithm,
                  objective=lambda w, x, y: losses_lib.objective(spec, w, x, y), host=host,
                  optimum=optimum, rho=rho, epsilon=epsilon, delta=delta, accounting=accounting,
                  private=True, steps=steps, seconds=(t_compile, t_run), average=average,

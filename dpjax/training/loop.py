@@ -1,9 +1,10 @@
 """The compiled run behind :func:`dpjax.fit` for the full-batch algorithms.
 
-One ``jax.jit`` of a ``jax.vmap`` over repeats (and, for
-:func:`dpjax.training.fit_levels`, privacy levels) of a ``lax.scan`` over the
-steps: no Python loop per step, one compilation per static configuration
-(:mod:`dpjax.compiled`). Each step makes one fused pass over the data at
+The library's one runner (:mod:`dpjax.runner`): one ``jax.jit`` of a
+``jax.vmap`` over repeats (and, for :func:`dpjax.training.fit_levels`, privacy
+levels) of a ``lax.scan`` over the steps: no Python loop per step, one
+compilation per static configuration (:mod:`dpjax.compiled`). Each step makes
+one fused pass over the data at
 ``w_t`` (:func:`dpjax.problem.glm.logistic_grad_and_curvature` for Newton,
 :func:`dpjax.problem.glm.logistic_loss_and_grad` for DP-GD), whose loss gives
 the (non-private, reporting-only) trajectory for free, then the transform's
@@ -17,13 +18,12 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from dpjax import _common
 from dpjax import accounting as accounting_lib
 from dpjax import _validate
-from dpjax import compiled
 from dpjax import data as data_lib
+from dpjax import runner
 from dpjax import transforms
 from dpjax.mechanisms import noise
 from dpjax.problem import glm
@@ -32,9 +32,32 @@ from dpjax.training import registry
 from dpjax.training import result as result_lib
 from dpjax.training import streaming
 from dpjax.training.registry import ALGORITHMS, AVERAGES, DEFAULT_GUARD_RADIUS, INITS
-from dpjax.transforms import averaging
 
 __all__ = ["Plan", "execute", "fit_program", "fit_step", "plan", "release_interval", "repeat_fn"]
+
+
+def _fused_inputs(curvature: str | None, x: jax.Array, y: jax.Array,
+                  matrix: jax.Array | None = None) -> Callable:
+  """``inputs(w, t)`` of :func:`dpjax.runner.scan_steps`: the fused data pass at ``w``.
+
+  :func:`dpjax.problem.glm.logistic_loss_and_grad`, or with ``curvature``
+  :func:`dpjax.problem.glm.logistic_grad_and_curvature`; with ``matrix`` (the
+  curvature at ``w``, computed by the caller) only the loss and gradient. The
+  loss at ``w`` is the recorded value (reporting only).
+  """
+
+  def inputs(w, t):
+    del t
+    if matrix is not None:
+      loss, grad = glm.logistic_loss_and_grad(w, x, y)
+      return grad, {"curvature_matrix": matrix}, loss
+    if curvature is None:
+      loss, grad = glm.logistic_loss_and_grad(w, x, y)
+      return grad, {}, loss
+    loss, grad, here = glm.logistic_grad_and_curvature(w, x, y, curvature)
+    return grad, {"curvature_matrix": here}, loss
+
+  return inputs
 
 
 def fit_step(tx: Any, curvature: str | None, w0: jax.Array,
@@ -45,29 +68,18 @@ def fit_step(tx: Any, curvature: str | None, w0: jax.Array,
   The fused data pass at ``w`` (:func:`dpjax.problem.glm.logistic_loss_and_grad`, or
   :func:`dpjax.problem.glm.logistic_grad_and_curvature` with ``curvature``), the
   transform's update, ``optax.apply_updates`` and the public divergence
-  guard (reset to ``w0`` when ``||w|| > guard_radius`` or not finite).
-  ``matrix``: the curvature at ``w``, computed by the caller (e.g. once for
-  all repeats at a shared start); then only the loss and gradient are
-  computed here.
+  guard (reset to ``w0`` when ``||w|| > guard_radius`` or not finite): the
+  step of :func:`dpjax.runner.scan_steps`. ``matrix``: the curvature at ``w``,
+  computed by the caller (e.g. once for all repeats at a shared start); then
+  only the loss and gradient are computed here.
 
   Returns:
     ``step(w, state, x, y) -> (w_next, state, loss_at_w, diverged)``.
   """
 
   def step(w, state, x, y):
-    if matrix is not None:
-      loss, grad = glm.logistic_loss_and_grad(w, x, y)
-      updates, state = tx.update(grad, state, w, curvature_matrix=matrix)
-    elif curvature is None:
-      loss, grad = glm.logistic_loss_and_grad(w, x, y)
-      updates, state = tx.update(grad, state, w)
-    else:
-      loss, grad, here = glm.logistic_grad_and_curvature(w, x, y, curvature)
-      updates, state = tx.update(grad, state, w, curvature_matrix=here)
-    w = optax.apply_updates(w, updates)
-    # Public guard: `not (norm <= R)` is also True for NaN.
-    diverged = jnp.logical_not(jnp.linalg.norm(w) <= guard_radius)
-    return jnp.where(diverged, w0, w), state, loss, diverged
+    one = runner.step_fn(tx, w0, _fused_inputs(curvature, x, y, matrix), guard_radius)
+    return one(w, state, None)
 
   return step
 
@@ -165,8 +177,6 @@ def repeat_fn(algorithm: str, kwargs: dict, *, d: int, init: str = "zeros",
     once for many repeats from the shared start 0.
   """
   steps = kwargs["steps"]
-  averaged = average != "none"
-  window = averaging.window_size(steps, average)
   release_every = release_interval(algorithm, steps, kwargs)
 
   def one_repeat(key, rho, x, y, h0=None):
@@ -176,57 +186,23 @@ def repeat_fn(algorithm: str, kwargs: dict, *, d: int, init: str = "zeros",
     else:
       w0 = noise.random_direction(init_key, d, x.dtype)
     tx, curvature = registry.make_transform(algorithm, key=tx_key, rho=rho, **kwargs)
-    state = tx.init(w0)
-
-    def advance(one_step):
-      # One iteration plus the bookkeeping: guard resets and the tail mean of
-      # the (guarded) iterates, which is post-processing of released values.
-      def body(carry, _):
-        w, state, resets, t, avg, avg_lo = carry
-        w, state, loss, diverged = one_step(w, state, x, y)
-        t = t + 1
-        if averaged:
-          avg, avg_lo = averaging.fold_iterate(avg, avg_lo, w, t, steps=steps, window=window)
-        return (w, state, resets + diverged.astype(jnp.int32), t, avg, avg_lo), loss
-
-      return body
-
-    zero = jnp.zeros((), jnp.int32)
-    carry = (w0, state, zero, zero, w0, jnp.zeros_like(w0))
     if release_every is None:
-      carry, losses = jax.lax.scan(
-          advance(fit_step(tx, curvature, w0, guard_radius)), carry, None, length=steps)
+      scanned = runner.scan_steps(tx, w0, steps, _fused_inputs(curvature, x, y),
+                                  guard_radius=guard_radius, average=average)
     else:
       # precond-gd: the curvature pass runs only on the release steps 0, r, 2r, ...
       # The first one is at w_0; from the shared start 0 its matrix h0 was
       # computed once for all repeats (outside the vmap).
-      release = advance(fit_step(tx, curvature, w0, guard_radius))
-      first_release = release if h0 is None else advance(
-          fit_step(tx, curvature, w0, guard_radius, matrix=h0))
-      plain = advance(fit_step(tx, None, w0, guard_radius))
-
-      def block(carry, length, release_step):
-        carry, first = release_step(carry, None)
-        if length == 1:
-          return carry, first[None]
-        carry, rest = jax.lax.scan(plain, carry, None, length=length - 1)
-        return carry, jnp.concatenate([first[None], rest])
-
-      first_len = min(release_every, steps)
-      carry, losses = block(carry, first_len, first_release)
-      full, rest = divmod(steps - first_len, release_every)
-      if full:
-        carry, more = jax.lax.scan(lambda c, _: block(c, release_every, release), carry, None,
-                                   length=full)
-        losses = jnp.concatenate([losses, more.reshape(-1)])
-      if rest:
-        carry, tail = block(carry, rest, release)
-        losses = jnp.concatenate([losses, tail])
-    w, state, resets, _, avg, _ = carry
+      scanned = runner.scan_steps(
+          tx, w0, steps, _fused_inputs(None, x, y), guard_radius=guard_radius,
+          average=average, release_every=release_every,
+          release_inputs=_fused_inputs(curvature, x, y),
+          first_inputs=None if h0 is None else _fused_inputs(curvature, x, y, h0))
     # The loss at w_T by the same fused pass as the in-scan losses at w_0 .. w_{T-1}, so
     # equal iterates report equal losses (glm.logistic_loss can differ in the last bit).
-    losses = jnp.concatenate([losses, glm.logistic_loss_and_grad(w, x, y)[0][None]])
-    return (avg if averaged else w), w, losses, resets, state
+    w = scanned.params
+    losses = jnp.concatenate([scanned.records, glm.logistic_loss_and_grad(w, x, y)[0][None]])
+    return scanned.output, w, losses, scanned.resets, scanned.state
 
   return one_repeat
 
@@ -249,9 +225,7 @@ def _shared_h0(algorithm: str, d: int, init: str, release_every: int | None) -> 
 
 def _one_level_program(one_repeat: Callable, shared_h0: Callable, rho: float) -> Callable:
   """``jit(run(keys, x, y))``: the repeats of one privacy level, ``rho`` a Python float."""
-  per_key = jax.vmap(lambda key, x, y, h0: one_repeat(key, rho, x, y, h0),
-                     in_axes=(0, None, None, None))
-  return jax.jit(lambda keys, x, y: per_key(keys, x, y, shared_h0(x, y)))
+  return runner.program(lambda key, x, y, h0: one_repeat(key, rho, x, y, h0), shared=shared_h0)
 
 
 def fit_program(algorithm: str, kwargs: dict, *, d: int, rho: float, init: str = "zeros",
@@ -299,7 +273,7 @@ def execute(plan: Plan, levels: list, *, batched: bool, key: jax.Array,
                          guard_radius=plan.guard_radius)
   shared_h0 = _shared_h0(plan.algorithm, d, init, release_every)
 
-  keys = _common.place_replicated(jax.random.split(key, plan.repeats), plan.placement)
+  keys = runner.repeat_keys(key, plan.repeats, plan.placement)
   xj, yj = _common.place_data(x, y, plan.placement)  # sharded as the caller's x, or one device.
   if batched:
     # One flat vmap over (level, repeat) pairs, not nested vmaps: the batching
@@ -314,27 +288,21 @@ def execute(plan: Plan, levels: list, *, batched: bool, key: jax.Array,
           jnp.concatenate([jax.random.split(k, plan.repeats) for k in level_keys]),
           plan.placement)
     flat_rhos = jnp.repeat(jnp.asarray([lv[0] for lv in levels], x.dtype), plan.repeats)
-    flat = jax.vmap(one_repeat, in_axes=(0, 0, None, None, None))
-
-    def run_fn(flat_keys, flat_rhos, x, y):
-      out = flat(flat_keys, flat_rhos, x, y, shared_h0(x, y))
-      return jax.tree.map(lambda a: a.reshape((num_levels, plan.repeats) + a.shape[1:]), out)
-
-    run = jax.jit(run_fn)
+    run = runner.program(one_repeat, shared=shared_h0, batched=2)
     args = (flat_keys, flat_rhos, xj, yj)
   else:
     run = _one_level_program(one_repeat, shared_h0, levels[0][0])
     args = (keys, xj, yj)
-  jax.block_until_ready(args)
 
-  # Everything run_fn closes over, as Python values: an identical configuration
+  # Everything run closes over, as Python values: an identical configuration
   # reuses the program compiled by an earlier call (dpjax.compiled).
   program = ("fit", plan.algorithm, plan.kwargs, d, init, plan.average, plan.guard_radius,
              release_every, plan.repeats, batched, len(levels) if batched else levels[0][0],
              registry.make_transform, repeat_fn)
-  out, seconds_compile, seconds_run = compiled.compile_and_time(run, args, plan.timing_runs,
-                                                                key=program)
-  out = jax.device_get(out)
+  out, seconds_compile, seconds_run = runner.run(run, args, plan.timing_runs,
+                                                 program_key=program)
+  if batched:
+    out = jax.tree.map(lambda a: a.reshape((num_levels, plan.repeats) + a.shape[1:]), out)
   if not batched:
     out = jax.tree.map(lambda a: a[None], out)
   # Every level's output and final-iterate losses in one float64 pass (one

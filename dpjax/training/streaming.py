@@ -69,8 +69,8 @@ import optax
 from dpjax import _common
 from dpjax import _validate
 from dpjax import accounting as accounting_lib
-from dpjax import compiled
 from dpjax import data as data_lib
+from dpjax import runner
 from dpjax.problem import minibatch
 from dpjax import online
 from dpjax.problem import solve
@@ -286,7 +286,9 @@ def glm_mean_loss(params: jax.Array, batch: tuple[jax.Array, jax.Array], loss: s
 def scan_fit(tx: optax.GradientTransformation, w0: jax.Array, steps: int,
              next_batch: Callable[[jax.Array], Any], *, average: str = "none",
              loss: str | None = None) -> tuple[jax.Array, jax.Array, Any, jax.Array | None]:
-  """One compiled single pass: ``lax.scan`` over ``t = 0 .. T-1`` with ``batch = next_batch(t)``.
+  """One compiled single pass over ``t = 0 .. T-1`` with ``batch = next_batch(t)``.
+
+  The pass is :func:`dpjax.runner.scan_steps`, without a divergence guard.
 
   Each step applies ``tx.update(None, state, w, batch=batch)``; the output is
   the final parameters, or their tail mean for ``average`` (post-processing
@@ -298,22 +300,14 @@ def scan_fit(tx: optax.GradientTransformation, w0: jax.Array, steps: int,
   Returns:
     ``(output, w_T, final_state, losses [T] or None)``.
   """
-  window = averaging.window_size(steps, average)
-  averaged = average != "none"
 
-  def body(carry, t):
-    w, state, avg, avg_lo = carry
+  def inputs(w, t):
     batch = next_batch(t)
     batch_loss = glm_mean_loss(w, batch, loss) if loss is not None else None
-    updates, state = tx.update(None, state, w, batch=batch)
-    w = optax.apply_updates(w, updates)
-    if averaged:
-      avg, avg_lo = averaging.fold_iterate(avg, avg_lo, w, t + 1, steps=steps, window=window)
-    return (w, state, avg, avg_lo), batch_loss
+    return None, {"batch": batch}, batch_loss
 
-  carry = (w0, tx.init(w0), w0, jax.tree.map(jnp.zeros_like, w0))
-  (w, state, avg, _), losses = jax.lax.scan(body, carry, jnp.arange(steps, dtype=jnp.int32))
-  return (avg if averaged else w), w, state, losses
+  scanned = runner.scan_steps(tx, w0, steps, inputs, average=average)
+  return scanned.output, scanned.params, scanned.state, scanned.records
 
 
 def optimum_loss(x: np.ndarray, y: np.ndarray, loss: str) -> tuple[float, float]:
@@ -465,16 +459,13 @@ def execute(plan: StreamPlan, *, rho: float, epsilon: float, delta: float, accou
                                           average=plan.average, loss=plan.loss)
     return out, w_last, losses, state
 
-  keys = _common.place_replicated(jax.random.split(_common.run_key(seed), plan.repeats),
-                                  plan.placement)
+  keys = runner.repeat_keys(_common.run_key(seed), plan.repeats, plan.placement)
   args = (keys, *_common.place_data(x, y, plan.placement))  # sharded as the caller's x, or not.
-  jax.block_until_ready(args)
-  run = jax.jit(jax.vmap(one_repeat, in_axes=(0, None, None)))
   program = ("stream", plan.algorithm, plan.n, d, b, steps, rho, plan.loss, plan.options,
              plan.average, make_transform)
-  result, seconds_compile, seconds_run = compiled.compile_and_time(run, args, timing_runs,
-                                                                   key=program)
-  out, w_last, losses, state = jax.device_get(result)
+  result, seconds_compile, seconds_run = runner.run(runner.program(one_repeat), args,
+                                                    timing_runs, program_key=program)
+  out, w_last, losses, state = result
   loss_star, ridge = optimum_loss(x, y, plan.loss)
   both = host_losses(np.concatenate([out, w_last]), x, y, plan.loss)
   r = plan.repeats
