@@ -647,3 +647,25 @@ def test_spent_rho_bad_input():
     spent_rho(0.5)
   with pytest.raises(TypeError, match=r"spent_rho needs a concrete state.*outside jit"):
     jax.jit(spent_rho)(init_accountant())
+
+
+def test_resolve_budget_for_an_epsilon_target():
+  """target="epsilon": the (epsilon, delta) of a run calibrated to an epsilon target, rho None."""
+  n = 1000
+  assert accounting.resolve_budget(n, epsilon=2.0, target="epsilon") == (None, 2.0, 1.0 / n**2)
+  for method in accounting.METHODS:
+    rho_, eps, delta = accounting.resolve_budget(n, rho=0.3, delta=1e-5, method=method,
+                                                 target="epsilon")
+    assert rho_ is None and delta == 1e-5
+    assert eps == accounting.zcdp_to_epsilon(0.3, 1e-5, method)
+  # The zCDP target of the same rho reports the same epsilon.
+  assert accounting.resolve_budget(n, rho=0.3, delta=1e-5)[1] == accounting.resolve_budget(
+      n, rho=0.3, delta=1e-5, target="epsilon")[1]
+  with pytest.raises(ValueError, match="exactly one privacy budget.*neither"):
+    accounting.resolve_budget(n, target="epsilon")
+  with pytest.raises(ValueError, match="exactly one privacy budget.*both"):
+    accounting.resolve_budget(n, epsilon=1.0, rho=0.1, target="epsilon")
+  with pytest.raises(ValueError, match="target must be one of"):
+    accounting.resolve_budget(n, epsilon=1.0, target="zcdp")
+  with pytest.raises(ValueError, match="cannot be certified"):
+    accounting.resolve_budget(n, epsilon=60.0, delta=1e-6, slack=1e-20, target="epsilon")

@@ -48,7 +48,8 @@ def resolve_budget(
     delta: float | None = None,
     method: str = "gaussian",
     slack: float = 0.0,
-) -> tuple[float, float, float]:
+    target: str = "rho",
+) -> tuple[float | None, float, float]:
   """The ``(rho, epsilon, delta)`` of a run given exactly one of ``epsilon`` and ``rho``.
 
   ``delta`` defaults to ``n**-2``. ``epsilon`` is converted to zCDP with
@@ -56,6 +57,11 @@ def resolve_budget(
   epsilon of :func:`zcdp_to_epsilon`. Every argument is checked first, with
   a message that names it (``method`` as ``accounting``, the name the
   callers use).
+
+  ``target="epsilon"`` is for a run calibrated to an ``(epsilon, delta)``
+  target instead of a zCDP budget (the Renyi-DP-accounted Poisson methods,
+  AOP): a given ``rho`` is converted to its epsilon at ``delta`` with
+  :func:`zcdp_to_epsilon`, and the returned ``rho`` is None.
 
   ``slack`` is an estimate of the run's floating-point noise slack
   (:func:`dpjax.mechanisms.noise.tv_slack` of what it will release). The conversion then
@@ -68,8 +74,12 @@ def resolve_budget(
     >>> rho, eps, delta = accounting.resolve_budget(10_000, epsilon=1.0)
     >>> round(rho, 6), eps, delta
     (0.019221, 1.0, 1e-08)
+    >>> rho, eps, delta = accounting.resolve_budget(10_000, rho=0.019221, target="epsilon")
+    >>> rho, round(eps, 3)
+    (None, 1.0)
   """
   method = _validate.choice(method, "accounting", METHODS)
+  target = _validate.choice(target, "target", ("rho", "epsilon"))
   if delta is None:
     delta = 1.0 / _validate.positive_int(n, "n") ** 2
   delta = _validate.float_in_open_interval(delta, "delta", 0.0, 1.0)
@@ -80,6 +90,13 @@ def resolve_budget(
         + ("neither." if epsilon is None else "both.")
     )
   slack = _validate.nonnegative_float(slack, "slack")
+  if target == "epsilon":
+    if epsilon is None:
+      epsilon = _zcdp_epsilon_with_slack(_validate.positive_float(rho, "rho"), delta, method,
+                                         slack)
+    epsilon = _validate.positive_float(epsilon, "epsilon")
+    check_certifiable(epsilon, delta, slack)
+    return None, epsilon, delta
   if epsilon is not None:
     epsilon = _validate.positive_float(epsilon, "epsilon")
     check_certifiable(epsilon, delta, slack)

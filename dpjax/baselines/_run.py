@@ -228,12 +228,8 @@ def run_baseline(
   if name == "aop":
     if steps is not None:
       raise TypeError("aop is not iterative: remove steps.")
-    delta = _checks.check_delta(delta, n)
-    if (epsilon is None) == (rho is None):
-      raise ValueError("pass exactly one privacy budget: epsilon=<eps> or rho=<zCDP rho> "
-                       "(converted to epsilon at delta).")
-    if epsilon is None:
-      epsilon = accounting.zcdp_to_epsilon(_validate.positive_float(rho, "rho"), delta, method)
+    _, epsilon, delta = accounting.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
+                                                  method=method, target="epsilon")
     allowed = set(accepted_options("aop"))
     unknown = sorted(set(options) - allowed)
     if unknown:

@@ -119,12 +119,6 @@ def _host_data(data: Any) -> tuple[np.ndarray, np.ndarray]:
   return x, np.asarray(jax.device_get(ds.y)).astype(x.dtype)
 
 
-def _delta(delta: Any, n: int) -> float:
-  if delta is None:
-    return 1.0 / (float(n) * float(n))
-  return _validate.float_in_open_interval(delta, "delta", 0.0, 1.0)
-
-
 def _scan_iterates(tx: Any, w0: jax.Array, steps: int, step_inputs: Callable,
                    guard_radius: float, average: str) -> tuple[jax.Array, jax.Array, Any, Any]:
   """One repeat by :func:`dpjax.runner.scan_steps`: ``(output, iterates [T + 1], state, resets)``.
@@ -246,14 +240,9 @@ def _poisson(x, y, algorithm, *, epsilon, rho, delta, steps, repeats, seed, acco
     curvature_batch_size = _validate.positive_int(
         batch_size if curvature_batch_size is None else curvature_batch_size,
         "curvature_batch_size")
-  delta = _delta(delta, n)
-  method = _validate.choice(accounting, "accounting", accounting_lib.METHODS)
-  if (epsilon is None) == (rho is None):
-    raise ValueError("pass exactly one privacy budget: epsilon=<target> or rho=<zCDP rho> "
-                     "(then converted to its epsilon at delta).")
-  if epsilon is None:
-    epsilon = accounting_lib.zcdp_to_epsilon(_validate.positive_float(rho, "rho"), delta, method)
-  epsilon = _validate.positive_float(epsilon, "epsilon")
+  # Calibrated to the (epsilon, delta) target: a given rho is first converted to its epsilon.
+  _, epsilon, delta = accounting_lib.resolve_budget(n, epsilon=epsilon, rho=rho, delta=delta,
+                                                    method=accounting, target="epsilon")
   options = dict(options)
   if algorithm == "newton-minibatch" and "min_eigenvalue" not in options:
     raise ValueError(
