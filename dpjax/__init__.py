@@ -42,6 +42,9 @@ Modules, by layer (imports only point down):
   strongly convex learner, KT coin betting) as optax transforms;
 * :mod:`dpjax.baselines`: the paper's baselines (AOP, damped Newton,
   DP-GD-Oracle), each stating whether it is private;
+* :mod:`dpjax.runner`: the one compiled runner of every whole run (a
+  ``lax.scan`` of a transform's updates with the public divergence guard, the
+  tail average and the curvature-release blocks, vmapped over repeats);
 * :mod:`dpjax.training`: :func:`fit`, a whole private run compiled into one
   ``lax.scan``, vmapped over repeats: the registry of algorithms, the
   full-batch loop, the Poisson-minibatch, cubic-Newton, general-loss and
