@@ -44,27 +44,29 @@ if filelock is not None:
                     int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]))
 
 
-# JAX lowers its Threefry PRNG on CPU as a rolled 5-iteration while loop, and everywhere else
-# unrolled. Both are the same integer arithmetic, so the bits are identical
-# (tests/test_conftest_prng.py checks that), but XLA:CPU compiles the unrolled form about
-# 3x faster (measured: 0.12 s against 0.40 s for one vmapped jax.random.bits, and 15-30% of
-# a whole dpjax.fit program). The suite compiles thousands of programs, so it uses the
-# unrolled form; DPJAX_TESTS_ROLLED_THREEFRY=1 keeps JAX's default.
-def _unrolled_threefry_on_cpu() -> bool:
+# The Threefry PRNG lowered unrolled on CPU (tests/_site/sitecustomize.py: the same bits,
+# checked by tests/test_suite_prng.py, compiled ~3x faster), here and, through PYTHONPATH, in
+# every Python process the tests start. DPJAX_TESTS_ROLLED_THREEFRY=1 keeps JAX's default.
+SITE_DIR = pathlib.Path(__file__).resolve().parent / "_site"
+
+
+def _unrolled_threefry() -> bool:
   if os.environ.get("DPJAX_TESTS_ROLLED_THREEFRY") == "1":
+    os.environ["DPJAX_TESTS_UNROLLED_THREEFRY"] = "0"
     return False
-  try:
-    from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
-    from jax._src.random import threefry2x32 as threefry  # pylint: disable=g-import-not-at-top
-    rule = threefry._threefry2x32_lowering_rule
-    primitive = threefry.threefry2x32_p
-  except (ImportError, AttributeError):  # another JAX layout: keep its default
-    return False
-  mlir.register_lowering(primitive, rule, platform="cpu")
-  return True
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("dpjax_tests_site", SITE_DIR / "sitecustomize.py")
+  site = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(site)
+  applied = site.use_unrolled_threefry()
+  os.environ["DPJAX_TESTS_UNROLLED_THREEFRY"] = "1" if applied else "0"
+  if str(SITE_DIR) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(SITE_DIR), os.environ.get("PYTHONPATH")) if p)
+  return applied
 
 
-UNROLLED_THREEFRY = _unrolled_threefry_on_cpu()
+UNROLLED_THREEFRY = _unrolled_threefry()
 
 
 FULL_OPTION = "--full"

@@ -1,7 +1,12 @@
-"""The suite's unrolled Threefry lowering (tests/conftest.py) gives JAX's default bits."""
+"""The suite's unrolled Threefry lowering (tests/_site/sitecustomize.py) gives JAX's default bits.
+
+The suite uses it in its own processes (tests/conftest.py) and in the ones its tests start
+(through PYTHONPATH); the reference here is a process without it.
+"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -31,6 +36,13 @@ _DRAWS = textwrap.dedent("""
 """)
 
 
+# Prints which lowering this process compiles Threefry with: the rolled form is a while loop.
+_LOWERING = textwrap.dedent("""
+    text = jax.jit(lambda k: jax.random.bits(k, (3,), jnp.uint32)).lower(key).as_text()
+    print("rolled" if "stablehlo.while" in text else "unrolled")
+""")
+
+
 def _digest(code: str) -> str:
   """What ``code`` prints, run in this process (under the suite's lowering)."""
   printed: list = []
@@ -40,8 +52,16 @@ def _digest(code: str) -> str:
 
 @pytest.mark.skipif(not conftest.UNROLLED_THREEFRY, reason="the suite runs JAX's default lowering")
 def test_unrolled_threefry_gives_the_default_lowerings_bits():
-  # A fresh interpreter without tests/conftest.py runs JAX's own (rolled) CPU lowering.
-  default = subprocess.run([sys.executable, "-c", _DRAWS], check=True, capture_output=True,
-                           text=True).stdout.strip()
-  assert len(default) == 64
-  assert _digest(_DRAWS) == default
+  # A fresh interpreter without the suite's hook runs JAX's own (rolled) CPU lowering.
+  env = dict(os.environ, DPJAX_TESTS_UNROLLED_THREEFRY="0")
+  default = subprocess.run([sys.executable, "-c", _DRAWS + _LOWERING], check=True,
+                           capture_output=True, text=True, env=env).stdout.split()
+  assert len(default[0]) == 64 and default[1] == "rolled"
+  assert _digest(_DRAWS) == default[0]
+
+
+def test_subprocesses_of_the_suite_get_the_same_lowering():
+  hooked = subprocess.run([sys.executable, "-c", _DRAWS + _LOWERING], check=True,
+                          capture_output=True, text=True).stdout.split()
+  assert hooked[1] == ("unrolled" if conftest.UNROLLED_THREEFRY else "rolled")
+  assert hooked[0] == _digest(_DRAWS)
