@@ -27,10 +27,11 @@ Usage::
 runs; a smoke test of the whole pipeline (CI). ``--quick --smoke`` (the test
 suite's run; each method's compilation is nearly all of its time): the same,
 for :data:`SMOKE_METHODS` only (AOP, the non-private damped Newton and DP-GD:
-one method of each kind the script runs, non-iterative, iterative through
-:func:`dpjax.baselines.run_baseline`, and :func:`dpjax.fit`; the other two
-baselines take the second path); ``smoke`` in the JSON says so. A missing data
-file exits with status 2 and a message naming ``--data-dir``.
+one method of each kind the script runs, a non-iterative baseline, an
+iterative baseline and a method of the paper; the other two baselines are of
+the second kind); ``smoke`` in the JSON says so. Every method runs through
+:func:`dpjax.fit` with ``seed=0``. A missing data file exits with status 2 and
+a message naming ``--data-dir``.
 
 Outputs (``_harness.out_dir``): ``baselines.json`` and ``baselines.md``.
 
@@ -70,8 +71,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402  pylint: disable=g-import-not-at-top
 
-import jax  # noqa: E402  pylint: disable=g-import-not-at-top
-
 import dpjax  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import baselines, data, training  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -84,8 +83,8 @@ QUICK_SEEDS = 2
 QUICK_STEPS = {"damped-newton": 3, "damped-newton-private": 3, "dp-gd-oracle": 5, "dp-gd": 10}
 QUICK_SHAPE = (2000, 10)
 METHODS = baselines.BASELINES + ("dp-gd",)
-# --quick --smoke: one method of each path of run_method (AOP; an iterative baseline, here the
-# non-private one; dpjax.fit's DP-GD).
+# --quick --smoke: one method of each kind (AOP; an iterative baseline, here the non-private
+# one; DP-GD).
 SMOKE_METHODS = ("aop", "damped-newton", "dp-gd")
 
 
@@ -99,23 +98,15 @@ def excess_losses(params: np.ndarray, x: Any, y: Any, loss_star: float) -> np.nd
 def run_method(method: str, ds: Any, epsilon: float, delta: float, seeds: int,
                steps: dict, loss_star: float) -> dict[str, Any]:
   """One (method, epsilon) cell over ``seeds`` seeds; returns its JSON row."""
-  x, y = ds.x, ds.y
   t0 = time.perf_counter()
-  if method == "dp-gd":
-    res = dpjax.fit(ds, "dp-gd", epsilon=epsilon, delta=delta, steps=steps[method],
-                    repeats=seeds, seed=0, accounting="gaussian")
-    excess = excess_losses(res.params, x, y, loss_star)
-    private, rho, t, resets = True, float(res.rho), steps[method], int(np.sum(res.guard_resets))
-  else:
-    keys = jax.random.split(jax.random.key(0), seeds)
-    t = None if method == "aop" else steps[method]
-    res = baselines.run_baseline(method, x, y, epsilon=epsilon, delta=delta, steps=t, key=keys)
-    excess = excess_losses(res.params, x, y, loss_star)
-    private, rho = res.private, res.rho
-    resets = 0 if method == "aop" else int(np.sum(res.info["guard_resets"]))
+  t = None if method == "aop" else steps[method]
+  res = dpjax.fit(ds, method, epsilon=epsilon, delta=delta, steps=t, repeats=seeds, seed=0,
+                  accounting="gaussian")
+  excess = excess_losses(res.params, ds.x, ds.y, loss_star)
+  resets = int(np.sum(res.guard_resets))
   q25, med, q75 = (float(v) for v in np.percentile(excess, [25, 50, 75]))
-  return {"method": method, "private": bool(private), "epsilon": float(epsilon),
-          "rho": None if rho is None else float(rho), "steps": t,
+  return {"method": method, "private": bool(res.private), "epsilon": float(epsilon),
+          "rho": None if res.rho is None else float(res.rho), "steps": t,
           "excess_losses": [float(v) for v in excess], "median": med, "q25": q25, "q75": q75,
           "guard_resets": resets, "seconds": time.perf_counter() - t0}
 

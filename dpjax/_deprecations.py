@@ -20,6 +20,11 @@ afterwards the alias is an entry of :data:`sys.modules` and an attribute of
 the package, which Python answers without asking again (as for any module
 imported twice).
 
+Deprecated *names* of a module (a name that moved to another module, or an
+entry point with a replacement, such as ``dpjax.baselines.run_baseline``) go
+through a module-level ``__getattr__`` built by :func:`deprecated_attributes`
+(:func:`moved_attributes` for a name that moved), which warns at every read.
+
 Layer 0 (plumbing): the table names modules by strings and imports them with
 :func:`importlib.import_module` only when an old path is used.
 """
@@ -136,21 +141,34 @@ def package_getattr(name: str):
   raise AttributeError(f"module {_PACKAGE!r} has no attribute {name!r}")
 
 
+def deprecated_attributes(module: str, deprecated: dict[str, tuple[str, str]]):
+  """A module ``__getattr__`` for deprecated attribute names (the optax pattern).
+
+  ``deprecated`` maps each deprecated attribute of ``module`` to ``(source,
+  instead)``: the module that defines the object, and the advice the warning
+  ends with. Reading the attribute (also by ``from module import name``)
+  warns (:class:`DeprecationWarning`, attributed to the reader's line) and
+  returns the object; ``source`` is imported by name when the attribute is
+  read, so an import that would point up the layers is never made at import
+  time. The name is never cached on the module, so every read warns.
+  """
+
+  def __getattr__(name: str):  # pylint: disable=invalid-name
+    if name in deprecated:
+      source, instead = deprecated[name]
+      _warn(f"{module}.{name} is deprecated and will be removed in a future release; {instead}")
+      return getattr(importlib.import_module(source), name)
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+  return __getattr__
+
+
 def moved_attributes(module: str, moved: dict[str, str]):
   """A module ``__getattr__`` for names that moved to another module.
 
   ``moved`` maps each old attribute of ``module`` to the module that now
-  defines it; reading the old attribute warns (:class:`DeprecationWarning`,
-  attributed to the reader's line) and returns the new object. The new module
-  is imported by name when the attribute is read, so an import that would
-  point up the layers is never made at import time.
+  defines it; reading the old attribute warns with ``use <new module>.<name>``
+  and returns the new object (:func:`deprecated_attributes`).
   """
-
-  def __getattr__(name: str):  # pylint: disable=invalid-name
-    if name in moved:
-      _warn(f"{module}.{name} is deprecated and will be removed in a future release; "
-            f"use {moved[name]}.{name}")
-      return getattr(importlib.import_module(moved[name]), name)
-    raise AttributeError(f"module {module!r} has no attribute {name!r}")
-
-  return __getattr__
+  return deprecated_attributes(
+      module, {name: (new, f"use {new}.{name}") for name, new in moved.items()})

@@ -1,8 +1,8 @@
 """The one compiled runner behind every whole run of dpjax.
 
 Every run of the library (:func:`dpjax.fit` and :func:`dpjax.fit_levels` for
-every algorithm, the baselines' :func:`dpjax.baselines.run_baseline`, the
-scikit-learn estimators) is the same program:
+every algorithm, the baselines among them, and the scikit-learn
+estimators) is the same program:
 
 * :func:`scan_steps`, one repeat: a ``lax.scan`` over the steps of
   ``w_{t+1} = guard(w_t + tx.update(g_t, state_t, w_t, **extra_t))``, where

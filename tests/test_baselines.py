@@ -1,4 +1,9 @@
-"""Tests of dpjax.baselines: the Fig. 2 / Fig. 3 baselines (Ganesh et al. NeurIPS 2023, Sec. 6)."""
+"""Tests of dpjax.baselines: the Fig. 2 / Fig. 3 baselines (Ganesh et al. NeurIPS 2023, Sec. 6).
+
+Whole runs go through the internal ``dpjax.baselines._run.run`` (which
+``dpjax.fit`` calls; it takes typed keys and reports the privacy statement);
+:func:`test_fit_returns_the_internal_run` ties the two together.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import dpjax
 from conftest import Z_MAX, maybe_jit, scale_z
 from dpjax import accounting, baselines, data
+from dpjax.baselines import _run
 from dpjax.mechanisms import noise
 from dpjax.problem import glm, solve
 
@@ -41,24 +48,45 @@ def test_runs_with_right_privacy_flag(small, name):
   x, y = small
   steps = None if name == "aop" else 3
   keys = jax.random.split(jax.random.key(3), 2)
-  r = baselines.run_baseline(name, x, y, epsilon=2.0, steps=steps, key=keys)
-  assert r.private is {"aop": True, "damped-newton": False, "damped-newton-private": True,
-                       "dp-gd-oracle": False}[name]
-  assert r.params.shape == (2, 4) and np.all(np.isfinite(r.params))
-  assert not np.array_equal(r.params[0], r.params[1])  # different keys differ
-  assert r.delta == pytest.approx(400.0**-2) and r.epsilon == 2.0
-  assert ("NOT private" in r.info["why"]) is (not r.private)
-  again = baselines.run_baseline(name, x, y, epsilon=2.0, steps=steps, key=keys)
-  np.testing.assert_array_equal(again.params, r.params)  # deterministic for fixed keys
+  params, losses, private, epsilon, delta, rho, info = _run.run(
+      name, x, y, epsilon=2.0, steps=steps, key=keys)
+  assert private is {"aop": True, "damped-newton": False, "damped-newton-private": True,
+                     "dp-gd-oracle": False}[name]
+  assert params.shape == (2, 4) and np.all(np.isfinite(params))
+  assert not np.array_equal(params[0], params[1])  # different keys differ
+  assert delta == pytest.approx(400.0**-2) and epsilon == 2.0
+  assert ("NOT private" in info["why"]) is (not private)
+  again = _run.run(name, x, y, epsilon=2.0, steps=steps, key=keys)[0]
+  np.testing.assert_array_equal(again, params)  # deterministic for fixed keys
   if name == "aop":  # one key == that member of the batch
-    single = baselines.run_baseline(name, x, y, epsilon=2.0, steps=steps, key=keys[1])
-    np.testing.assert_allclose(single.params, r.params[1], rtol=1e-4, atol=1e-5)
+    single = _run.run(name, x, y, epsilon=2.0, steps=steps, key=keys[1])[0]
+    np.testing.assert_allclose(single, params[1], rtol=1e-4, atol=1e-5)
   if name == "aop":
-    assert r.rho is None and r.losses is None
+    assert rho is None and losses is None
   else:
-    assert r.rho == pytest.approx(accounting.epsilon_to_zcdp(2.0, 400.0**-2, "gaussian"))
-    np.testing.assert_allclose(r.info["rho_spent"], r.rho, rtol=1e-12)  # charged
-    assert r.losses.shape == (2, 4)
+    assert rho == pytest.approx(accounting.epsilon_to_zcdp(2.0, 400.0**-2, "gaussian"))
+    np.testing.assert_allclose(info["rho_spent"], rho, rtol=1e-12)  # charged
+    assert losses.shape == (2, 4)
+
+
+@pytest.mark.parametrize("name", baselines.BASELINES)
+def test_fit_returns_the_internal_run(small, name):
+  """``dpjax.fit`` on a baseline is the internal run with ``split(key(seed), repeats)``."""
+  x, y = small
+  steps = None if name == "aop" else 3
+  res = dpjax.fit((x, y), name, epsilon=2.0, steps=steps, repeats=2, seed=3)
+  params, losses, private, epsilon, delta, rho, info = _run.run(
+      name, x, y, epsilon=2.0, steps=steps, key=jax.random.split(jax.random.key(3), 2))
+  assert isinstance(res, dpjax.FitResult) and res.algorithm == name
+  np.testing.assert_array_equal(res.params, params)
+  assert (res.private, res.epsilon, res.delta, res.rho) == (private, epsilon, delta, rho)
+  if name == "aop":
+    assert res.steps == 0 and res.losses.shape == (2, 1)
+    np.testing.assert_array_equal(res.rho_spent, 0.0)
+  else:
+    np.testing.assert_array_equal(res.losses, losses)
+    np.testing.assert_array_equal(res.rho_spent, info["rho_spent"])
+    np.testing.assert_array_equal(res.guard_resets, info["guard_resets"])
 
 
 # ----------------------------------------------------------------------------
@@ -156,8 +184,8 @@ def test_aop_info_is_public_and_it_never_raises_after_drawing(small):
                                       sensitivity=2 * 400 * gamma / cal.big_lambda,
                                       noise_std=cal.sigma_out))
   np.testing.assert_array_equal(released, u)
-  r = baselines.run_baseline("aop", x, y, epsilon=1.0, key=jax.random.split(jax.random.key(2), 2))
-  assert "grad_norm" not in r.info and "iterations" not in r.info
+  info = _run.run("aop", x, y, epsilon=1.0, key=jax.random.split(jax.random.key(2), 2))[-1]
+  assert "grad_norm" not in info and "iterations" not in info
 
 
 def test_aop_excess_loss_decreases_with_epsilon(medium):
@@ -165,8 +193,8 @@ def test_aop_excess_loss_decreases_with_epsilon(medium):
   keys = jax.random.split(jax.random.key(7), 12)
   medians = []
   for eps in (0.1, 1.0, 10.0):
-    r = baselines.run_baseline("aop", x, y, epsilon=eps, key=keys)
-    medians.append(np.median([_excess(w, x, y, loss_star) for w in r.params]))
+    params = _run.run("aop", x, y, epsilon=eps, key=keys)[0]
+    medians.append(np.median([_excess(w, x, y, loss_star) for w in params]))
   # At eps = 10 the output noise (its std does not depend on eps for gamma = 1/n^2)
   # is most of what is left, hence the smaller last ratio.
   assert medians[0] > 3 * medians[1] and medians[1] > 1.5 * medians[2] > 0, medians
@@ -278,32 +306,32 @@ def test_bad_input(small, name):
   steps = None if name == "aop" else 2
   kw = dict(steps=steps, key=0)
   with pytest.raises(ValueError, match="epsilon"):
-    baselines.run_baseline(name, x, y, epsilon=0.0, **kw)
+    _run.run(name, x, y, epsilon=0.0, **kw)
   with pytest.raises(ValueError, match="epsilon"):
-    baselines.run_baseline(name, x, y, epsilon=-1.0, **kw)
+    _run.run(name, x, y, epsilon=-1.0, **kw)
   for delta in (0.0, 1.0, 1.5):
     with pytest.raises(ValueError, match="delta"):
-      baselines.run_baseline(name, x, y, epsilon=1.0, delta=delta, **kw)
+      _run.run(name, x, y, epsilon=1.0, delta=delta, **kw)
   big = np.asarray(x).copy()
   big[3] *= 1.5 / np.linalg.norm(big[3])
   with pytest.raises(ValueError, match="norm"):
-    baselines.run_baseline(name, big, y, epsilon=1.0, **kw)
+    _run.run(name, big, y, epsilon=1.0, **kw)
   bad_y = np.asarray(y).copy()
   bad_y[0] = 0.0
   with pytest.raises(ValueError, match="labels"):
-    baselines.run_baseline(name, x, bad_y, epsilon=1.0, **kw)
+    _run.run(name, x, bad_y, epsilon=1.0, **kw)
 
 
 def test_bad_names_steps_and_bound(small):
   x, y = small
   with pytest.raises(ValueError, match="name"):
-    baselines.run_baseline("aop2", x, y, epsilon=1.0, key=0)
+    _run.run("aop2", x, y, epsilon=1.0, key=0)
   with pytest.raises(TypeError, match="not iterative"):
-    baselines.run_baseline("aop", x, y, epsilon=1.0, steps=3, key=0)
+    _run.run("aop", x, y, epsilon=1.0, steps=3, key=0)
   with pytest.raises(ValueError, match="steps"):
-    baselines.run_baseline("damped-newton", x, y, epsilon=1.0, key=0)
+    _run.run("damped-newton", x, y, epsilon=1.0, key=0)
   with pytest.raises(TypeError, match="unknown option"):
-    baselines.run_baseline("aop", x, y, epsilon=1.0, key=0, learning_rate=1.0)
+    _run.run("aop", x, y, epsilon=1.0, key=0, learning_rate=1.0)
   with pytest.raises(ValueError, match="step_size"):
     baselines.damped_newton_private(n=10, rho=1.0, steps=1, key=0, step_size=2.0)
   # Rows of norm sqrt(2) (an intercept appended after normalisation) need the true bound.

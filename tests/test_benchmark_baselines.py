@@ -38,7 +38,7 @@ def test_smoke_writes_results(bench, tmp_path: pathlib.Path) -> None:
   rows = payload["rows"]
   assert [r["method"] for r in rows] == list(bench.SMOKE_METHODS)
   assert set(bench.SMOKE_METHODS) < set(bench.METHODS)
-  # One method of each path of run_method: AOP, an iterative baseline, dpjax.fit; both kinds.
+  # One method of each kind: AOP, an iterative baseline, a method of the paper; both privacies.
   assert {"aop", "dp-gd"} < set(bench.SMOKE_METHODS)
   assert {_PRIVATE[m] for m in bench.SMOKE_METHODS} == {True, False}
   for r in rows:

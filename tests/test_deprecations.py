@@ -230,3 +230,61 @@ def test_moved_attributes_warn_and_return_the_new_objects():
   with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
     ta.no_such_name  # pylint: disable=pointless-statement
 
+
+
+# ----------------------------------------------------------------------------
+# Deprecated names: dpjax.baselines.run_baseline and BaselineResult -> dpjax.fit.
+# ----------------------------------------------------------------------------
+
+BASELINE_NAMES = ("run_baseline", "BaselineResult")
+
+
+@pytest.mark.parametrize("name", BASELINE_NAMES)
+def test_deprecated_baseline_names_warn_and_name_fit(name):
+  from dpjax import baselines  # pylint: disable=g-import-not-at-top
+  from dpjax.baselines import _run  # pylint: disable=g-import-not-at-top
+  assert name not in baselines.__all__ and name not in vars(baselines)
+  with pytest.warns(DeprecationWarning) as found:
+    obj = getattr(baselines, name)
+  assert obj is getattr(_run, name)
+  assert len(found) == 1
+  assert str(found[0].message) == (
+      f"dpjax.baselines.{name} is deprecated and will be removed in a future release; use "
+      "dpjax.fit((x, y), name, ...), which runs every baseline and returns dpjax.FitResult")
+  assert found[0].filename == __file__  # the user's line
+  with pytest.warns(DeprecationWarning, match=r"dpjax\.fit\(") as found:
+    namespace: dict[str, typing.Any] = {}
+    exec(compile(f"from dpjax.baselines import {name} as obj", __file__, "exec"), namespace)  # pylint: disable=exec-used
+  assert namespace["obj"] is obj and found[0].filename == __file__
+  with pytest.warns(DeprecationWarning):  # never cached: every read warns
+    getattr(baselines, name)
+  with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+    baselines.no_such_name  # pylint: disable=pointless-statement
+
+
+def test_deprecated_run_baseline_still_returns_its_result():
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from dpjax import data  # pylint: disable=g-import-not-at-top
+  from dpjax.baselines import _run  # pylint: disable=g-import-not-at-top
+  with pytest.warns(DeprecationWarning, match=r"dpjax\.fit"):
+    from dpjax.baselines import BaselineResult, run_baseline  # pylint: disable=g-import-not-at-top
+  assert inspect.signature(run_baseline).parameters == inspect.signature(_run.run).parameters
+  assert BaselineResult._fields == ("params", "losses", "private", "epsilon", "delta", "rho",
+                                    "info")
+  x, y = data.synthetic(0, n=400, d=4)
+  keys = jax.random.split(jax.random.key(3), 2)
+  for name, steps in (("damped-newton-private", 3), ("aop", None)):
+    with warnings.catch_warnings():
+      warnings.simplefilter("error", DeprecationWarning)  # calling it does not warn again
+      r = run_baseline(name, x, y, epsilon=2.0, steps=steps, key=keys)
+    expected = _run.run(name, x, y, epsilon=2.0, steps=steps, key=keys)
+    assert type(r) is BaselineResult and len(r) == len(expected)
+    np.testing.assert_array_equal(r.params, expected[0])
+    assert r.private is expected[2] and (r.epsilon, r.delta, r.rho) == expected[3:6]
+    assert r.info.keys() == expected[6].keys()
+    if name == "aop":
+      assert r.losses is None and r.rho is None
+    else:
+      np.testing.assert_array_equal(r.losses, expected[1])
+      assert r.losses.shape == (2, 4)

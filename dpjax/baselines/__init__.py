@@ -34,27 +34,32 @@ baseline                   private?  why
 
 The iterative baselines are optax transforms (state with an ``accountant``,
 ``update(g, state, params, *, curvature_matrix=H)`` or ``(..., x=x, y=y)``);
-:func:`run_baseline` is the uniform whole-run entry point (one ``jax.jit`` of a
-``jax.vmap`` over keys of a ``lax.scan`` over steps; AOP runs on the host in
-float64). Non-private baselines still draw, and charge to their accountant, the
-noise of the nominal budget, so their noise matches the private methods at the
-same budget; their results carry ``private=False``.
+a whole run of any baseline is ``dpjax.fit((x, y), name, ...)`` (one
+``jax.jit`` of a ``jax.vmap`` over repeats of a ``lax.scan`` over steps; AOP
+runs on the host in float64), which returns the one result type,
+:class:`dpjax.FitResult`. Non-private baselines still draw, and charge to their
+accountant, the noise of the nominal budget, so their noise matches the private
+methods at the same budget; their results carry ``private=False``.
 
 One algorithm a module, each stating in its docstring whether it is private:
 :mod:`dpjax.baselines.aop`, :mod:`dpjax.baselines.damped_newton`,
 :mod:`dpjax.baselines.damped_newton_private` and
 :mod:`dpjax.baselines.dp_gd_oracle`; the two damped-Newton baselines share
-their noise, state and transform (``_damped_newton_core``), and
-:func:`run_baseline` lives in ``_run``. The reference-code bugs that AOP does
+their noise, state and transform (``_damped_newton_core``), and the whole
+run behind ``dpjax.fit`` lives in ``_run``. The reference-code bugs that AOP does
 not reproduce are listed in :mod:`dpjax.baselines.aop`. Each module has the
 name of its function, which this package exports in its place
 (``baselines.aop`` is the function); reach a module itself with
 ``importlib.import_module("dpjax.baselines.aop")``.
+
+Deprecated (for one release): ``run_baseline`` and ``BaselineResult``, the
+former whole-run entry point and its result; reading either warns
+(:class:`DeprecationWarning`) and points at ``dpjax.fit``.
 """
 
+from dpjax import _deprecations
 from dpjax.baselines._damped_newton_core import DampedNewtonState, damped_newton_noise
-from dpjax.baselines._run import (AOP_OPTIONS, BASELINES, GUARD_RADIUS, PRIVATE,
-                                  BaselineResult, accepted_options, run_baseline)
+from dpjax.baselines._run import AOP_OPTIONS, BASELINES, GUARD_RADIUS, PRIVATE, accepted_options
 from dpjax.baselines.aop import (
     AOPCalibration,
     _accelerated_backstop,
@@ -71,7 +76,6 @@ __all__ = [
     "BASELINES",
     "GUARD_RADIUS",
     "AOPCalibration",
-    "BaselineResult",
     "DampedNewtonState",
     "DPGDOracleState",
     "accepted_options",
@@ -81,5 +85,12 @@ __all__ = [
     "damped_newton_noise",
     "damped_newton_private",
     "dp_gd_oracle",
-    "run_baseline",
 ]
+
+# Deprecated names -> (the module that defines them, what to use instead).
+_INSTEAD = ("use dpjax.fit((x, y), name, ...), which runs every baseline and returns "
+            "dpjax.FitResult")
+__getattr__ = _deprecations.deprecated_attributes(__name__, {
+    "run_baseline": ("dpjax.baselines._run", _INSTEAD),
+    "BaselineResult": ("dpjax.baselines._run", _INSTEAD),
+})

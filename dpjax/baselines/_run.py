@@ -1,14 +1,20 @@
-"""The uniform whole-run entry point of the baselines: :func:`run_baseline` and its result.
+"""The whole run of one baseline: :func:`run`, which :func:`dpjax.fit` calls.
 
-Not a baseline of its own: it runs one of ``BASELINES`` and reports, in
-:class:`BaselineResult`, whether that baseline's output is private
-(``PRIVATE``: ``"aop"`` (epsilon, delta)-DP, ``"damped-newton-private"``
-rho-zCDP, ``"damped-newton"`` and ``"dp-gd-oracle"`` NOT private) and why
-(each baseline's module says so in full). The iterative baselines run by the
-library's runner (:mod:`dpjax.runner`) as one ``jax.jit`` of a ``jax.vmap``
-over keys of a ``lax.scan`` over steps, compiled once per configuration; AOP
-runs on the host in float64. The divergence guard
-is public post-processing of the iterates and costs no privacy.
+Not a baseline of its own: it runs one of ``BASELINES`` and reports whether
+that baseline's output is private (``PRIVATE``: ``"aop"`` (epsilon, delta)-DP,
+``"damped-newton-private"`` rho-zCDP, ``"damped-newton"`` and
+``"dp-gd-oracle"`` NOT private) and why (each baseline's module says so in
+full). The iterative baselines run by the library's runner
+(:mod:`dpjax.runner`) as one ``jax.jit`` of a ``jax.vmap`` over keys of a
+``lax.scan`` over steps, compiled once per configuration; AOP runs on the
+host in float64. The divergence guard is public post-processing of the
+iterates and costs no privacy.
+
+:func:`run` returns plain values; users run a baseline with
+``dpjax.fit((x, y), name, ...)``, whose :class:`dpjax.FitResult` is the one
+result type. :func:`run_baseline` and :class:`BaselineResult` are the
+deprecated former public entry point and its result, kept for one release
+(``dpjax.baselines.run_baseline`` warns).
 """
 
 from __future__ import annotations
@@ -32,8 +38,7 @@ from dpjax.baselines.damped_newton import damped_newton
 from dpjax.baselines.damped_newton_private import damped_newton_private
 from dpjax.baselines.dp_gd_oracle import dp_gd_oracle
 
-__all__ = ["AOP_OPTIONS", "BASELINES", "GUARD_RADIUS", "PRIVATE", "BaselineResult",
-           "accepted_options", "run_baseline"]
+__all__ = ["AOP_OPTIONS", "BASELINES", "GUARD_RADIUS", "PRIVATE", "accepted_options", "run"]
 
 BASELINES = ("aop", "damped-newton", "damped-newton-private", "dp-gd-oracle")
 # The options AOP takes (its calibration's splits and the minimiser's iterations).
@@ -45,37 +50,6 @@ PRIVATE = {"aop": True, "damped-newton": False, "damped-newton-private": True,
 # an iterate beyond it (or not finite) is reset to w_0. Post-processing of the
 # released iterate, no privacy cost.
 GUARD_RADIUS = 1e4
-
-
-class BaselineResult(NamedTuple):
-  """Result of :func:`run_baseline`. Arrays are host numpy arrays.
-
-  With a batch of keys every array gains a leading ``[repeats]`` axis.
-
-  Attributes:
-    params: ``[d]`` the output (AOP: ``theta + noise``; else the final iterate ``w_T``).
-    losses: ``[steps + 1]`` mean loss at ``w_0 .. w_T`` (reporting only, not
-      private), or ``None`` for AOP (not iterative).
-    private: whether the output is differentially private at
-      ``(epsilon, delta)`` (and ``rho`` when given). When False, ``epsilon``,
-      ``delta`` and ``rho`` only describe the noise that was added.
-    epsilon, delta: the (nominal, when not private) (epsilon, delta).
-    rho: the zCDP budget of the noise (iterative baselines); ``None`` for AOP,
-      which is (epsilon, delta)-DP and not zCDP-accounted.
-    info: details: ``name``, ``why`` (the privacy statement), ``steps``,
-      ``rho_spent`` (read from the accountant), ``guard_resets``,
-      ``step_sizes`` ([steps] eta per step) for the iterative ones; the
-      calibration and ``max_iter`` for AOP (public values only: nothing
-      about how its minimiser converged).
-  """
-
-  params: np.ndarray
-  losses: np.ndarray | None
-  private: bool
-  epsilon: float
-  delta: float
-  rho: float | None
-  info: dict
 
 
 _WHY = {
@@ -91,15 +65,15 @@ _FACTORIES = {"damped-newton": damped_newton, "damped-newton-private": damped_ne
               "dp-gd-oracle": dp_gd_oracle}
 
 
-# The factory arguments run_baseline sets itself (from the data, the budget and the key).
+# The factory arguments run sets itself (from the data, the budget and the key).
 _SET_HERE = ("n", "rho", "steps", "rho_per_step", "key", "row_norm_bound")
 
 
 def accepted_options(name: str) -> tuple[str, ...]:
-  """The ``options`` :func:`run_baseline` takes for baseline ``name``.
+  """The ``options`` :func:`run` (and ``dpjax.fit``) takes for baseline ``name``.
 
   AOP: :data:`AOP_OPTIONS`; an iterative baseline: its factory's keyword
-  arguments, less those :func:`run_baseline` sets itself.
+  arguments, less those :func:`run` sets itself.
 
   Examples:
     >>> from dpjax import baselines
@@ -154,7 +128,7 @@ def _compiled_run(name: str, kwargs: tuple, steps: int, guard_radius: float):
   return runner.program(one_run)
 
 
-def run_baseline(
+def run(
     name: str,
     x: Any,
     y: Any,
@@ -168,8 +142,8 @@ def run_baseline(
     row_norm_bound: float = 1.0,
     guard_radius: float = GUARD_RADIUS,
     **options: Any,
-) -> BaselineResult:
-  """Runs one baseline of Fig. 2 / Fig. 3 on ``(x, y)``; the uniform entry point.
+) -> tuple[np.ndarray, np.ndarray | None, bool, float, float, float | None, dict]:
+  """Runs one baseline of Fig. 2 / Fig. 3 on ``(x, y)``: the whole run behind ``dpjax.fit``.
 
   ``name`` is one of ``BASELINES``; see the table of :mod:`dpjax.baselines`
   for which are private and why. Exactly one of ``epsilon`` and ``rho``;
@@ -204,19 +178,40 @@ def run_baseline(
       ``grad_frac``, ``min_eigenvalue``, ``step_size``, ``eps_frac``).
 
   Returns:
-    A :class:`BaselineResult`.
+    The tuple ``(params, losses, private, epsilon, delta, rho, info)`` of host
+    values; with a batch of keys every array gains a leading ``[repeats]`` axis.
+
+    * ``params``: ``[d]`` the output (AOP: ``theta + noise``; else the final
+      iterate ``w_T``).
+    * ``losses``: ``[steps + 1]`` mean loss at ``w_0 .. w_T`` (reporting
+      only, not private), or ``None`` for AOP (not iterative).
+    * ``private``: whether the output is differentially private at
+      ``(epsilon, delta)`` (and ``rho`` when given). When False,
+      ``epsilon``, ``delta`` and ``rho`` only describe the noise that was
+      added.
+    * ``epsilon``, ``delta``: the (nominal, when not private) (epsilon, delta).
+    * ``rho``: the zCDP budget of the noise (iterative baselines); ``None``
+      for AOP, which is (epsilon, delta)-DP and not zCDP-accounted.
+    * ``info``: details: ``name``, ``why`` (the privacy statement),
+      ``steps``, ``rho_spent`` (read from the accountant), ``guard_resets``,
+      ``step_sizes`` ([steps] eta per step), ``accounting_method`` and
+      ``options`` for the iterative ones; the calibration and ``max_iter``
+      for AOP (public values only: nothing about how its minimiser
+      converged).
 
   Raises:
     ValueError, TypeError: eagerly, before any work: unknown name, bad data,
       budget, steps or options.
 
   Examples:
-    >>> from dpjax import baselines, data
+    >>> from dpjax import data
+    >>> from dpjax.baselines import _run
     >>> x, y = data.synthetic(0, n=1000, d=5)
-    >>> r = baselines.run_baseline("damped-newton-private", x, y, epsilon=1.0, steps=5, key=0)
-    >>> r.params.shape, r.losses.shape, r.private, r.rho is not None
+    >>> params, losses, private, _, _, rho, _ = _run.run("damped-newton-private", x, y,
+    ...                                                  epsilon=1.0, steps=5, key=0)
+    >>> params.shape, losses.shape, private, rho is not None
     ((5,), (6,), True, True)
-    >>> baselines.run_baseline("damped-newton", x, y, epsilon=1.0, steps=5, key=0).private
+    >>> _run.run("damped-newton", x, y, epsilon=1.0, steps=5, key=0)[2]
     False
   """
   name = _validate.choice(name, "name", BASELINES)
@@ -244,7 +239,7 @@ def run_baseline(
       infos.append(info)
     info = {"name": name, "why": _WHY[name], **infos[0]}  # public: the same for every key
     params = np.stack(outs) if batched else outs[0]
-    return BaselineResult(params, None, True, float(epsilon), float(delta), None, info)
+    return params, None, True, float(epsilon), float(delta), None, info
 
   if steps is None:
     raise ValueError(f"{name!r} is iterative: pass steps=<T>.")
@@ -256,7 +251,8 @@ def run_baseline(
   factory = _FACTORIES[name]
   for reserved in _SET_HERE:
     if reserved in options:
-      raise TypeError(f"{reserved} is set by run_baseline; remove it from the options.")
+      raise TypeError(f"{reserved} is set from the data, the budget and the key; remove it "
+                      "from the options.")
   unknown = sorted(set(options) - set(accepted_options(name)))
   if unknown:
     raise TypeError(f"unknown option(s) {unknown} for {name!r}; it takes "
@@ -274,5 +270,48 @@ def run_baseline(
   info = {"name": name, "why": _WHY[name], "steps": steps, "rho_spent": spent[sl],
           "guard_resets": np.asarray(resets)[sl], "step_sizes": np.asarray(etas)[sl],
           "accounting_method": method, "options": dict(options)}
-  return BaselineResult(np.asarray(w)[sl], np.asarray(losses)[sl], PRIVATE[name],
-                        float(epsilon), float(delta), float(rho), info)
+  return (np.asarray(w)[sl], np.asarray(losses)[sl], PRIVATE[name], float(epsilon),
+          float(delta), float(rho), info)
+
+
+class BaselineResult(NamedTuple):
+  """Deprecated: the result of :func:`run_baseline`; ``dpjax.fit`` returns :class:`dpjax.FitResult`.
+
+  Attributes:
+    params, losses, private, epsilon, delta, rho, info: the values of
+      :func:`run`, in its order (see its Returns).
+  """
+
+  params: np.ndarray
+  losses: np.ndarray | None
+  private: bool
+  epsilon: float
+  delta: float
+  rho: float | None
+  info: dict
+
+
+def run_baseline(name: str, x: Any, y: Any, **kwargs: Any) -> BaselineResult:
+  """Deprecated: use ``dpjax.fit((x, y), name, ...)``, which returns :class:`dpjax.FitResult`.
+
+  :func:`run` with the same arguments (its signature), its values as a
+  :class:`BaselineResult`, as before the deprecation. Reading
+  ``dpjax.baselines.run_baseline`` warns (:class:`DeprecationWarning`). With
+  :func:`dpjax.fit`, ``accounting`` replaces ``accounting_method``, an int
+  ``seed`` and ``repeats`` replace ``key``, ``row_norm_bound`` is one of the
+  options, and ``params`` always have a leading ``[repeats]`` axis.
+
+  Args:
+    name: one of ``BASELINES``.
+    x: float array ``[n, d]``.
+    y: float array ``[n]``, labels in {-1, +1}.
+    **kwargs: the keyword arguments of :func:`run` (``key`` required).
+
+  Returns:
+    A :class:`BaselineResult`.
+  """
+  return BaselineResult(*run(name, x, y, **kwargs))
+
+
+# The signature it had before the deprecation: run's, with its own result.
+run_baseline.__signature__ = inspect.signature(run).replace(return_annotation="BaselineResult")

@@ -61,6 +61,7 @@ from dpjax import runner
 from dpjax import accounting as accounting_lib
 from dpjax.mechanisms import noise
 from dpjax import baselines
+from dpjax.baselines import _run as baseline_run
 from dpjax import data as data_lib
 from dpjax.problem import glm
 from dpjax.problem import losses as losses_lib
@@ -432,29 +433,30 @@ def _baseline(x, y, algorithm, *, rho, epsilon, delta, steps, repeats, seed, acc
     raise ValueError(f"{algorithm!r} returns its final iterate (AOP: its one output), as in "
                      "the paper; remove average.")
   start = time.perf_counter()
-  res = baselines.run_baseline(algorithm, x, y, key=keys, **kw)
+  out = baseline_run.run(algorithm, x, y, key=keys, **kw)
   first = time.perf_counter() - start
   seconds_run = first
   for _ in range(timing_runs if algorithm != "aop" else 0):
     start = time.perf_counter()
-    res = baselines.run_baseline(algorithm, x, y, key=keys, **kw)
+    out = baseline_run.run(algorithm, x, y, key=keys, **kw)
     seconds_run = min(seconds_run, time.perf_counter() - start)
   seconds_compile = max(first - seconds_run, 0.0)
-  params = np.asarray(res.params).reshape(repeats, d)  # the final iterate (or AOP's output).
+  out_params, out_losses, private, epsilon, delta, rho, info = out
+  params = np.asarray(out_params).reshape(repeats, d)  # the final iterate (or AOP's output).
   loss_star, ridge = optimum()
   excess = _logistic_host(params, x, y) - loss_star
   iterative = algorithm != "aop"
-  losses = (np.asarray(res.losses).reshape(repeats, -1) if iterative
+  losses = (np.asarray(out_losses).reshape(repeats, -1) if iterative
             else (excess + loss_star)[:, None])
   steps_done = steps if iterative else 0
   per_repeat = lambda v, dt: np.broadcast_to(np.asarray(v, dt).reshape(-1), (repeats,)).copy()  # noqa: E731
-  rho_spent = per_repeat(res.info.get("rho_spent", 0.0), np.float64)
-  resets = per_repeat(res.info.get("guard_resets", 0), np.int64)
+  rho_spent = per_repeat(info.get("rho_spent", 0.0), np.float64)
+  resets = per_repeat(info.get("guard_resets", 0), np.int64)
   return result_lib.from_arrays(
       algorithm=algorithm, n=n, params=params, losses=losses, excess_losses=excess,
       final_excess_losses=excess.copy(), loss_star=float(loss_star), ridge=float(ridge),
-      rho=None if res.rho is None else float(res.rho), epsilon=float(res.epsilon),
-      delta=float(res.delta), accounting=accounting, private=bool(res.private),
+      rho=None if rho is None else float(rho), epsilon=float(epsilon),
+      delta=float(delta), accounting=accounting, private=bool(private),
       steps=steps_done, opt_state=None, rho_spent=rho_spent, seconds_compile=seconds_compile,
       seconds_run=seconds_run, guard_resets=resets, gradient_evaluations=steps_done,
       curvature_evaluations=0 if algorithm in ("aop", "dp-gd-oracle") else steps_done,

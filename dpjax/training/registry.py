@@ -174,7 +174,7 @@ def _entries() -> dict:
   for name in drivers.CUBIC_ALGORITHMS:
     out[name] = Entry(name, "full", "drivers", "zcdp", True, drivers.CUBIC_OPTIONS, "none")
   for name in drivers.BASELINE_ALGORITHMS:
-    # fit forwards every option to run_baseline, whose own row_norm_bound is one of them.
+    # fit forwards every option to the baseline's run, whose own row_norm_bound is one of them.
     options = baselines.accepted_options(name) + ("row_norm_bound",)
     out[name] = Entry(name, "host" if name == "aop" else "full", "drivers",
                       "approx-dp" if name == "aop" else "zcdp", baselines.PRIVATE[name], options,
