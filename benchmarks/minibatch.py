@@ -26,15 +26,15 @@ length; the reported excess loss ``loss(w_T) - loss*`` (float64 on the host;
 iterate, averaged over seeds, for the configuration (sample rate and lambda,
 or rate and learning rate) with the smallest mean.
 
-Speed: the steps are :func:`newton_step` and :func:`sgd_step`, exact copies of
-the ``update`` of :func:`dpjax.transforms.dp_newton_minibatch` and
-:func:`dpjax.transforms.dp_sgd` (the same key splits, samples, arithmetic and
-noise; the tests check them against the transforms) with lambda / learning
-rate and the noise scales as TRACED arguments and the step count traced too
-(``fori_loop``). So ONE compiled program per (dataset, method, sample rate)
-runs the whole lambda or learning-rate grid, both epsilons, every pass
-budget and every seed (vmapped; the samples are drawn once per seed and
-shared by the grid). The privacy spend of each run is the accountant's
+Speed: the steps are the library's own, :func:`dpjax.transforms.dp_newton_minibatch_step`
+and :func:`dpjax.transforms.dp_sgd_step` (the bodies of the ``update`` of
+:func:`dpjax.transforms.dp_newton_minibatch` and :func:`dpjax.transforms.dp_sgd`,
+which call them), run with lambda / learning rate and the noise scales as
+TRACED arguments and the step count traced too (``fori_loop``). So ONE
+compiled program per (dataset, method, sample rate) runs the whole lambda or
+learning-rate grid, both epsilons, every pass budget and every seed (vmapped;
+the samples are drawn once per seed and shared by the grid). The steps charge
+nothing; the privacy spend of each run is the accountant's
 (:func:`dpjax.accounting.charge_rdp` of the per-step RDP curve and
 truncation slack, as the transforms charge it, then
 :func:`dpjax.accounting.epsilon_spent`).
@@ -121,14 +121,13 @@ import jax.numpy as jnp  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from dpjax import accounting  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax import data as data_lib  # noqa: E402  pylint: disable=g-import-not-at-top
-from dpjax.problem import minibatch  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.mechanisms import noise  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.mechanisms import sampling  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.problem import solve  # noqa: E402  pylint: disable=g-import-not-at-top
-from dpjax.problem import spectral  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.transforms.dp_newton import direction_sensitivity  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.transforms.dp_newton_minibatch import (  # noqa: E402  pylint: disable=g-import-not-at-top
-    minibatch_min_eigenvalue, minibatch_noise_multipliers, sampled_grad_and_curvature)
+    dp_newton_minibatch_step, minibatch_min_eigenvalue, minibatch_noise_multipliers)
+from dpjax.transforms.dp_sgd import dp_sgd_step  # noqa: E402  pylint: disable=g-import-not-at-top
 
 # The dp_sgd MODULE, for its noise calibration (the attribute dpjax.transforms.dp_sgd is the
 # function, which shadows the module).
@@ -178,55 +177,20 @@ def _excess(w: np.ndarray, x64: np.ndarray, y64: np.ndarray, loss_star: float) -
   return np.mean(np.logaddexp(0.0, -m), axis=0) - loss_star
 
 
-def newton_step(w, key, lam, grad_std, dir_sens, dir_mult, x, y, *, sampler,
-                modification=MODIFICATION, curvature=CURVATURE):
-  """One step of :func:`dp_newton_minibatch` (B_g = B_H, C = 1) with TRACED lambda and noise.
-
-  Exactly the transform's ``update`` (the same key splits, samples, solve and
-  noise; ``tests/test_benchmark_minibatch.py`` checks it against the
-  transform): ``lam`` is the lambda used (``lam_c`` for clip),
-  ``grad_std = z_g C / B_g``, and the direction's sensitivity per unit
-  ``||g~||`` ``dir_sens = s = direction_sensitivity(lam, n=B_H)`` with its
-  multiplier ``dir_mult = z_H`` (std ``s z_H``), both released through
-  :func:`dpjax.mechanisms.noise.add_gaussian` as in the transform. Traced scalars let one compiled
-  program cover the whole lambda grid and every epsilon. Returns ``(w', key')``.
-  """
-  b = sampler.expected_size
-  new_key, k_sg, k_sh, k_ng, k_nd = jax.random.split(key, 5)
-  d, dt = w.shape[0], w.dtype
-  g, h = sampled_grad_and_curvature(
-      w, x.astype(dt), y.astype(dt), sampling.sample(sampler, k_sg), sampling.sample(sampler, k_sh),
-      batch_size=round(b), curvature_batch_size=round(b), grad_norm_bound=1.0, curvature=curvature)
-  g_noisy = noise.add_gaussian(k_ng, g, sensitivity=1.0 / b, noise_std=grad_std)
-  direction = spectral.modified_solve(h, g_noisy, lam.astype(dt), modification)
-  g_norm = jnp.linalg.norm(g_noisy)
-  unit = jnp.where(g_norm > 0, g_norm, 1.0)
-  noisy = g_norm * noise.add_gaussian(k_nd, direction / unit, sensitivity=dir_sens,
-                                      noise_std=dir_sens * dir_mult)
-  return w - noisy, new_key
-
-
-def sgd_step(w, key, learning_rate, sum_std, x, y, *, sampler):
-  """One step of :func:`dp_sgd` (logistic loss, C = 1) with TRACED learning rate and noise std.
-
-  Exactly the transform's ``update`` (checked against it in the tests);
-  ``sum_std = z C`` is the std of the noise on the clipped sum.
-  """
-  new_key, sample_key, noise_key = jax.random.split(key, 3)
-  idx, mask = sampling.sample(sampler, sample_key)
-  batch = (jnp.take(x, idx, axis=0), jnp.take(y, idx, axis=0))
-  total = minibatch.clipped_sum(w, batch, bound=1.0, loss="logistic", mask=mask)
-  noisy = noise.add_gaussian(noise_key, total, sensitivity=1.0, noise_std=sum_std)
-  return w + (-learning_rate / sampler.expected_size) * noisy, new_key
-
-
 def _compiled(step, n_params: int, keys, x, y, k: int):
-  """AOT-compiles the vmapped run of ``step`` for ``k`` configurations; (fn, seconds)."""
+  """AOT-compiles the vmapped run of ``step`` for ``k`` configurations; (fn, seconds).
+
+  ``step(w, key, (x, y), *params)`` is a library step (:func:`dp_newton_minibatch_step`,
+  :func:`dp_sgd_step`) returning ``(update, new_key, ...)``; ``params`` are its traced
+  hyper-parameters and noise scales.
+  """
   d = x.shape[1]
 
   def one(key, steps, x, y, *params):
     def body(_, carry):
-      return step(*carry, *params, x, y)
+      w, key = carry
+      update, key = step(w, key, (x, y), *params)[:2]
+      return w + update, key
 
     w, _ = jax.lax.fori_loop(0, steps, body, (jnp.zeros(d, x.dtype), key))
     return w
@@ -279,7 +243,9 @@ def run_newton(x, y, ctx: dict[str, Any], epsilons: Sequence[float], passes: Seq
   distinct = sorted(set(used.values()))
   sens = [direction_sensitivity(lam, n=b, modification=MODIFICATION) for lam in distinct]
   k = len(epsilons) * len(distinct)
-  step = functools.partial(newton_step, sampler=sampler)
+  step = functools.partial(dp_newton_minibatch_step, grad_sampler=sampler,
+                           curvature_sampler=sampler, batch_size=b, curvature_batch_size=b,
+                           curvature=CURVATURE, modification=MODIFICATION)
   compiled, t_compile = _compiled(step, 4, ctx["keys"], x, y, k)
   # Both caps' overflow and the exact sampler's TV slack (2d coordinates a step), as charged.
   truncation = min(1.0, 2 * float(sampler.overflow_prob)
@@ -322,7 +288,7 @@ def run_sgd(x, y, ctx: dict[str, Any], epsilons: Sequence[float], passes: Sequen
   b = max(1, round(rate * n))
   sampler = sampling.poisson_sampler(n, batch_size=b, overflow_prob=OVERFLOW_PROB)
   k = len(epsilons) * len(learning_rates)
-  step = functools.partial(sgd_step, sampler=sampler)
+  step = functools.partial(dp_sgd_step, sampler=sampler)  # clip 1, logistic loss.
   compiled, t_compile = _compiled(step, 2, ctx["keys"], x, y, k)
   out = {}
   for p in passes:
@@ -481,8 +447,9 @@ def to_markdown(payload: dict[str, Any]) -> str:
       "accounted with "
       "the same Poisson-subsampled Gaussian RDP accountant. One compiled program per (dataset, "
       "method, sample rate) runs every lambda or learning rate, epsilon, pass budget and seed "
-      "(hyper-parameters and noise scales traced; the steps are checked bit-for-bit against "
-      "`dp_newton_minibatch` and `dp_sgd` in tests/test_benchmark_minibatch.py).",
+      "(hyper-parameters and noise scales traced; the steps are the library's "
+      "`dp_newton_minibatch_step` and `dp_sgd_step`, the bodies of the updates of "
+      "`dp_newton_minibatch` and `dp_sgd`).",
       "",
       f"**Tuning is {payload['tuning']}.** `*` marks a best value on the edge of its grid "
       "(after B: the sample rate; after lambda or lr: that value); `f` marks a lambda at the "

@@ -1,8 +1,9 @@
 """Tests of ``benchmarks/minibatch.py``: its ``--quick`` run, the exit on missing data, and its
-traced-hyper-parameter steps against the transforms they stand in for."""
+compiled grid programs (the library steps with traced hyper-parameters) against the transforms."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -14,9 +15,14 @@ import pytest
 from conftest import load_benchmark
 from dpjax import data
 from dpjax.mechanisms import sampling
-from dpjax.transforms.dp_newton import direction_sensitivity
-from dpjax.transforms.dp_newton_minibatch import dp_newton_minibatch, minibatch_min_eigenvalue
-from dpjax.transforms.dp_sgd import dp_sgd
+from dpjax.transforms import direction_sensitivity
+from dpjax.transforms import (
+    dp_newton_minibatch,
+    dp_newton_minibatch_step,
+    dp_sgd,
+    dp_sgd_step,
+    minibatch_min_eigenvalue,
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,45 +67,73 @@ def test_missing_data_exits_with_status_2(tmp_path):
   assert status == 2
 
 
-@pytest.mark.parametrize("modification,lam", [("clip", 0.002), ("clip", 0.05), ("add", 0.01)])
-def test_newton_step_matches_the_transform(modification, lam):
-  """The benchmark's traced-lambda step is exactly ``dp_newton_minibatch``'s update."""
-  mb = load_benchmark("minibatch")
-  n, d, b, z_g, z_h = 300, 6, 30, 1.3, 0.9
-  x, y = (jnp.asarray(a) for a in data.synthetic(0, n=n, d=d))
-  key = jax.random.key(3)
-  tx = dp_newton_minibatch(n=n, batch_size=b, curvature_batch_size=b, min_eigenvalue=lam,
-                           noise_multiplier_grad=z_g, noise_multiplier_hess=z_h, key=key,
-                           modification=modification, overflow_prob=mb.OVERFLOW_PROB)
-  sampler = sampling.poisson_sampler(n, batch_size=b, overflow_prob=mb.OVERFLOW_PROB)
-  lam_c = minibatch_min_eigenvalue(lam, curvature_batch_size=b, modification=modification)
-  sens = direction_sensitivity(lam_c, n=b, modification=modification)
-  w, state = jnp.zeros(d), tx.init(jnp.zeros(d))
-  w2, key2 = jnp.zeros(d), key
-  for _ in range(3):
-    u, state = tx.update(None, state, w, data=(x, y))
-    w = w + u
-    w2, key2 = mb.newton_step(w2, key2, jnp.float32(lam_c), jnp.float32(z_g / b),
-                              jnp.float32(sens), jnp.float32(z_h), x, y, sampler=sampler,
-                              modification=modification)
-  np.testing.assert_allclose(w2, w, rtol=1e-6, atol=1e-6)
-  assert float(jnp.abs(w).max()) > 0.1
+def _transform_runs(make, keys, x, y, steps):
+  """``steps`` updates of ``make(key)`` from 0, vmapped over ``keys``: ``[len(keys), d]``.
+
+  Run as the benchmark runs its steps, in a jitted ``fori_loop`` with a traced trip count
+  (XLA fuses ``w + update`` into the loop body; a separately compiled update, or a constant
+  trip count, may round the last bit differently).
+  """
+  def run(key, steps):
+    tx = make(key)
+
+    def body(_, carry):
+      w, state = carry
+      u, state = tx.update(None, state, w, data=(x, y))
+      return w + u, state
+
+    w0 = jnp.zeros(x.shape[1], x.dtype)
+    return jax.lax.fori_loop(0, steps, body, (w0, tx.init(w0)))[0]
+
+  return np.asarray(jax.jit(jax.vmap(run, in_axes=(0, None)))(keys, jnp.int32(steps)))
 
 
-def test_sgd_step_matches_the_transform():
-  """The benchmark's traced-learning-rate step is exactly ``dp_sgd``'s update."""
+def _check_grid(mb, step, n_params, keys, x, y, steps, params, refs):
+  """The benchmark's program on a one-point grid is ``refs[0]`` bit for bit; on the whole grid
+  every point is its reference up to the summation order of the vmapped products."""
+  one, _ = mb._compiled(step, n_params, keys, x, y, 1)
+  w_one, _ = mb._run(one, keys, steps, x, y, [p[:1] for p in params])
+  np.testing.assert_array_equal(w_one[0], refs[0])
+  grid, _ = mb._compiled(step, n_params, keys, x, y, len(refs))
+  w, _ = mb._run(grid, keys, steps, x, y, params)
+  for i, ref in enumerate(refs):
+    np.testing.assert_allclose(w[i], ref, rtol=1e-5, atol=1e-6)
+  assert float(np.abs(w).max()) > 0.1
+
+
+def test_compiled_newton_grid_is_the_transform():
+  """The benchmark's Newton program (the library step, traced lambda and noise scales, vmapped
+  grid, traced step count) against ``dp_newton_minibatch`` for every grid point and seed."""
   mb = load_benchmark("minibatch")
-  n, d, b, z, lr = 300, 6, 40, 1.7, 8.0
+  n, d, b, steps = 300, 6, 30, 3
   x, y = (jnp.asarray(a) for a in data.synthetic(0, n=n, d=d))
-  key = jax.random.key(3)
-  tx = dp_sgd(n=n, batch_size=b, noise_multiplier=z, clip_norm=1.0, learning_rate=lr,
-              loss="logistic", key=key, overflow_prob=mb.OVERFLOW_PROB)
+  keys = jax.random.split(jax.random.key(3), 2)
   sampler = sampling.poisson_sampler(n, batch_size=b, overflow_prob=mb.OVERFLOW_PROB)
-  w, state = jnp.zeros(d), tx.init(jnp.zeros(d))
-  w2, key2 = jnp.zeros(d), key
-  for _ in range(5):
-    u, state = tx.update(None, state, w, data=(x, y))
-    w = w + u
-    w2, key2 = mb.sgd_step(w2, key2, jnp.float32(lr), jnp.float32(z), x, y, sampler=sampler)
-  np.testing.assert_allclose(w2, w, rtol=1e-6, atol=1e-6)
-  assert float(jnp.abs(w).max()) > 0.1
+  grid = [(0.002, 1.3, 0.9), (0.05, 0.7, 1.1)]  # (lambda requested, z_g, z_H); 0.002 < 1/B_H.
+  lams = [minibatch_min_eigenvalue(lam, curvature_batch_size=b, modification="clip")
+          for lam, _, _ in grid]
+  params = [np.array(lams), np.array([z_g / b for _, z_g, _ in grid]),
+            np.array([direction_sensitivity(lam, n=b, modification="clip") for lam in lams]),
+            np.array([z_h for _, _, z_h in grid])]
+  step = functools.partial(dp_newton_minibatch_step, grad_sampler=sampler,
+                           curvature_sampler=sampler, batch_size=b, curvature_batch_size=b)
+  refs = [_transform_runs(lambda key, lam=lam, z_g=z_g, z_h=z_h: dp_newton_minibatch(
+      n=n, batch_size=b, curvature_batch_size=b, min_eigenvalue=lam, noise_multiplier_grad=z_g,
+      noise_multiplier_hess=z_h, key=key, overflow_prob=mb.OVERFLOW_PROB), keys, x, y, steps)
+      for lam, z_g, z_h in grid]
+  _check_grid(mb, step, 4, keys, x, y, steps, params, refs)
+
+
+def test_compiled_sgd_grid_is_the_transform():
+  """The same for DP-SGD: a learning-rate / noise grid in one program against ``dp_sgd``."""
+  mb = load_benchmark("minibatch")
+  n, d, b, steps = 300, 6, 40, 5
+  x, y = (jnp.asarray(a) for a in data.synthetic(0, n=n, d=d))
+  keys = jax.random.split(jax.random.key(3), 2)
+  sampler = sampling.poisson_sampler(n, batch_size=b, overflow_prob=mb.OVERFLOW_PROB)
+  grid = [(8.0, 1.7), (2.0, 0.6)]  # (learning rate, z); C = 1.
+  step = functools.partial(dp_sgd_step, sampler=sampler)
+  refs = [_transform_runs(lambda key, lr=lr, z=z: dp_sgd(
+      n=n, batch_size=b, noise_multiplier=z, clip_norm=1.0, learning_rate=lr, loss="logistic",
+      key=key, overflow_prob=mb.OVERFLOW_PROB), keys, x, y, steps) for lr, z in grid]
+  _check_grid(mb, step, 2, keys, x, y, steps, [np.array(v) for v in zip(*grid)], refs)

@@ -24,6 +24,7 @@ from dpjax.transforms import (
     DPNewtonMinibatchState,
     direction_sensitivity,
     dp_newton_minibatch,
+    dp_newton_minibatch_step,
     minibatch_min_eigenvalue,
     minibatch_noise_multipliers,
     sampled_grad_and_curvature,
@@ -405,6 +406,91 @@ def test_eager_jit_and_vmapped_keys_agree(one_step_draws):
   np.testing.assert_array_equal(jax.random.key_data(state.key), jax.random.key_data(jitted.key))
   # Fresh samples and noise per key.
   assert not np.allclose(us[0], us[1])
+
+
+# ----------------------------------------------------------------------------
+# dp_newton_minibatch_step: the update's body, with traceable lambda and noise.
+# ----------------------------------------------------------------------------
+
+_STEP_N, _STEP_D, _STEP_BG, _STEP_BH = 300, 6, 30, 45
+
+
+def _step_case(lam=0.05, z_g=1.3, z_h=0.9, modification="clip", curvature="hessian"):
+  """``(tx, args, kwargs)``: a transform and the step's arguments (the values it uses)."""
+  x, y = _batch(0, _STEP_N, _STEP_D)
+  key = jax.random.key(3)
+  tx = dp_newton_minibatch(n=_STEP_N, batch_size=_STEP_BG, curvature_batch_size=_STEP_BH,
+                           min_eigenvalue=lam, noise_multiplier_grad=z_g,
+                           noise_multiplier_hess=z_h, key=key, modification=modification,
+                           curvature=curvature)
+  lam_c = minibatch_min_eigenvalue(lam, curvature_batch_size=_STEP_BH, modification=modification)
+  sens = direction_sensitivity(lam_c, n=_STEP_BH, modification=modification)
+  w = jnp.linspace(-1.0, 1.0, _STEP_D)
+  kwargs = dict(grad_sampler=sampling.poisson_sampler(_STEP_N, batch_size=_STEP_BG),
+                curvature_sampler=sampling.poisson_sampler(_STEP_N, batch_size=_STEP_BH),
+                batch_size=_STEP_BG, curvature_batch_size=_STEP_BH,
+                modification=modification, curvature=curvature)
+  return tx, (w, key, (x, y), lam_c, z_g / _STEP_BG, sens, z_h), kwargs
+
+
+@pytest.mark.parametrize("modification, curvature, jit", [
+    ("clip", "hessian", False), ("add", "qu", True)])
+def test_step_is_the_update_bit_for_bit(modification, curvature, jit):
+  tx, args, kwargs = _step_case(lam=0.002, modification=modification, curvature=curvature)
+  run = jax.jit if jit else (lambda f: f)
+  w, key, xy = args[:3]
+  u, state = run(lambda w, s: tx.update(None, s, w, data=xy))(w, tx.init(w))
+  u2, new_key, dir_std = run(lambda w, k: dp_newton_minibatch_step(w, k, *args[2:], **kwargs))(
+      w, key)
+  np.testing.assert_array_equal(u2, u)
+  assert np.any(np.asarray(u) != 0)
+  np.testing.assert_array_equal(dir_std, state.direction_noise_std)
+  np.testing.assert_array_equal(jax.random.key_data(new_key), jax.random.key_data(state.key))
+  assert float(state.min_eigenvalue) == pytest.approx(float(args[3]))
+
+
+def test_step_takes_traced_hyper_parameters_under_jit_and_vmap():
+  grid = [(0.002, 1.3, 0.9), (0.05, 0.7, 1.1)]  # (lambda, z_g, z_H); 0.002 < the clip floor.
+  refs, hypers = [], []
+  for lam, z_g, z_h in grid:
+    tx, args, kwargs = _step_case(lam, z_g, z_h)
+    w, key, xy = args[:3]
+    refs.append(jax.jit(lambda w, s, tx=tx: tx.update(None, s, w, data=xy))(w, tx.init(w))[0])
+    hypers.append(args[3:])
+  step = lambda *h: dp_newton_minibatch_step(w, key, xy, *h, **kwargs)[0]
+  traced = jax.jit(step)
+  for h, ref in zip(hypers, refs):
+    np.testing.assert_array_equal(traced(*(jnp.float32(v) for v in h)), ref)
+  batched = jax.jit(jax.vmap(step))(*(jnp.array(v, jnp.float32) for v in zip(*hypers)))
+  np.testing.assert_array_equal(batched, jnp.stack(refs))
+  assert not np.allclose(refs[0], refs[1])
+
+
+@pytest.mark.parametrize("change, error, match", [
+    (dict(grad_sampler=(300, 0.1)), TypeError, "grad_sampler must be a PoissonSampler"),
+    (dict(batch_size=31), ValueError, "batch_size=31.0 is not the expected size"),
+    (dict(curvature_batch_size=0), ValueError, "curvature_batch_size must be > 0"),
+    (dict(curvature_sampler=sampling.poisson_sampler(200, batch_size=45)), ValueError,
+     "both sample the same n"),
+    (dict(grad_norm_bound=-1.0), ValueError, "grad_norm_bound must be > 0"),
+    (dict(modification="shift"), ValueError, "modification must be one of"),
+    (dict(curvature="newton"), ValueError, "curvature must be one of"),
+    (dict(exact="yes"), TypeError, "exact must be True or False"),
+])
+def test_step_rejects_bad_static_arguments(change, error, match):
+  _, args, kwargs = _step_case()
+  with pytest.raises(error, match=match):
+    dp_newton_minibatch_step(*args, **{**kwargs, **change})
+
+
+def test_step_rejects_misshaped_params_and_data():
+  _, (w, key, (x, y), *hypers), kwargs = _step_case()
+  with pytest.raises(ValueError, match="params must be a vector"):
+    dp_newton_minibatch_step(w[None], key, (x, y), *hypers, **kwargs)
+  with pytest.raises(TypeError, match="data must be a pair"):
+    dp_newton_minibatch_step(w, key, x, *hypers, **kwargs)
+  with pytest.raises(ValueError, match=r"must be \(300, 6\) and \(300,\)"):
+    dp_newton_minibatch_step(w, key, (x[:, :5], y), *hypers, **kwargs)
 
 
 # ----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from conftest import Z_MAX, maybe_jit, scale_z, unit_ball_batch
 from dpjax import accounting, data
 from dpjax.mechanisms import sampling
 from dpjax.problem import glm, minibatch
-from dpjax.transforms import DPSGDState, dp_sgd
+from dpjax.transforms import DPSGDState, dp_sgd, dp_sgd_step
 
 
 def _logistic(w, example):
@@ -354,6 +354,65 @@ def test_dp_sgd_decreases_the_logistic_loss():
   # 1e-6: `best` (300 GD steps) is 1.2e-7 above the float64 optimum, and these float32
   # losses round at a few 1e-8.
   assert np.all(losses > best - 1e-6)
+
+
+# ----------------------------------------------------------------------------
+# dp_sgd_step: the update's body, with traceable learning rate and noise std.
+# ----------------------------------------------------------------------------
+
+_STEP_N, _STEP_B, _STEP_D = 300, 40, 6
+
+
+def _step_case(lr=8.0, z=1.7, **kwargs):
+  """``(tx, sampler, w, key, data)``: a transform and the same step's static arguments."""
+  x, y = (jnp.asarray(a) for a in data.synthetic(0, n=_STEP_N, d=_STEP_D))
+  key = jax.random.key(3)
+  tx = dp_sgd(n=_STEP_N, batch_size=_STEP_B, noise_multiplier=z, learning_rate=lr, key=key,
+              **kwargs)
+  sampler = sampling.poisson_sampler(_STEP_N, batch_size=_STEP_B)
+  return tx, sampler, jnp.linspace(-1.0, 1.0, _STEP_D), key, (x, y)
+
+
+@pytest.mark.parametrize("path", ["glm", "loss_fn"])
+def test_step_is_the_update_bit_for_bit(path):
+  kw = {} if path == "glm" else {"loss": None, "loss_fn": _logistic}
+  tx, sampler, w, key, xy = _step_case(**kw)
+  run = (lambda f: f) if path == "glm" else jax.jit  # eager once; the vmapped path jitted.
+  u, state = run(lambda w, s: tx.update(None, s, w, data=xy))(w, tx.init(w))
+  u2, new_key = run(lambda w, k: dp_sgd_step(w, k, xy, 8.0, 1.7, sampler=sampler, **kw))(w, key)
+  np.testing.assert_array_equal(u2, u)
+  assert np.any(np.asarray(u) != 0)
+  np.testing.assert_array_equal(jax.random.key_data(new_key), jax.random.key_data(state.key))
+
+
+def test_step_takes_traced_hyper_parameters_under_jit_and_vmap():
+  grid = [(8.0, 1.7), (2.0, 0.6)]  # (learning rate, z C) with C = 1.
+  refs = []
+  for lr, z in grid:
+    tx, sampler, w, key, xy = _step_case(lr, z)
+    refs.append(jax.jit(lambda w, s, tx=tx: tx.update(None, s, w, data=xy))(w, tx.init(w))[0])
+  step = lambda lr, z: dp_sgd_step(w, key, xy, lr, z, sampler=sampler)[0]
+  traced = jax.jit(step)
+  for (lr, z), ref in zip(grid, refs):
+    np.testing.assert_array_equal(traced(jnp.float32(lr), jnp.float32(z)), ref)
+  batched = jax.jit(jax.vmap(step))(*(jnp.array(v, jnp.float32) for v in zip(*grid)))
+  np.testing.assert_array_equal(batched, jnp.stack(refs))
+  assert not np.allclose(refs[0], refs[1])
+
+
+@pytest.mark.parametrize("change, err, match", [
+    (dict(sampler=(300, 0.1)), TypeError, "PoissonSampler"),
+    (dict(clip_norm=0.0), ValueError, "clip_norm"),
+    (dict(loss="hinge"), ValueError, "loss"),
+    (dict(loss=None), ValueError, "exactly one of loss"),
+    (dict(loss_fn=_logistic), ValueError, "exactly one of loss"),
+    (dict(exact=1), TypeError, "exact must be True or False"),
+    (dict(sampler=sampling.poisson_sampler(200, batch_size=40)), ValueError, "leading axis n=200"),
+])
+def test_step_rejects_bad_static_arguments(change, err, match):
+  _, sampler, w, key, xy = _step_case()
+  with pytest.raises(err, match=match):
+    dp_sgd_step(w, key, xy, 1.0, 1.0, **{"sampler": sampler, **change})
 
 
 # ----------------------------------------------------------------------------

@@ -13,7 +13,8 @@
 * :func:`dp_newton_minibatch`: its minibatch variant (Sec. 6, Fig. 4 of the
   same paper): independent Poisson samples for the gradient and the curvature, two
   subsampled Gaussian mechanisms per step on the RDP accountant
-  (:func:`minibatch_noise_multipliers` calibrates them);
+  (:func:`minibatch_noise_multipliers` calibrates them; :func:`dp_newton_minibatch_step`
+  is one step, with traceable lambda and noise scales, charging nothing);
 * :func:`online_to_batch`: the DP online-to-batch conversion of Zhang, Tran
   and Cutkosky (NeurIPS 2022) around any online learner, with tree noise
   (their Algorithm 1);
@@ -26,7 +27,8 @@
   :func:`cubic_solver_calibration` and :func:`l2_logistic_constants` gives
   the constants of the L2-regularised logistic loss;
 * :func:`dp_sgd`: DP-SGD with Poisson subsampling, per-example clipping and
-  an RDP accountant (Abadi et al. CCS 2016; Mironov 2017);
+  an RDP accountant (Abadi et al. CCS 2016; Mironov 2017); :func:`dp_sgd_step` is one
+  step, with traceable learning rate and noise std, charging nothing;
 * :func:`tail_average`: averages the last iterates of any of them (free
   post-processing); read the result with :func:`averaged_params`.
 """
@@ -48,7 +50,7 @@ from dpjax.transforms.cubic_newton import (
 )
 from dpjax.transforms.dp_ftrl import DPFTRLState, dp_ftrl
 from dpjax.transforms.dp_gd import DPGDState, dp_gd
-from dpjax.transforms.dp_sgd import DPSGDState, dp_sgd
+from dpjax.transforms.dp_sgd import DPSGDState, dp_sgd, dp_sgd_step
 from dpjax.transforms.dp_newton import (
     CURVATURE_STRUCTURES,
     DPNewtonState,
@@ -62,6 +64,7 @@ from dpjax.transforms.dp_newton import (
 from dpjax.transforms.dp_newton_minibatch import (
     DPNewtonMinibatchState,
     dp_newton_minibatch,
+    dp_newton_minibatch_step,
     minibatch_min_eigenvalue,
     minibatch_noise_multipliers,
     sampled_grad_and_curvature,
@@ -123,10 +126,12 @@ __all__ = [
     "dp_gd",
     "dp_newton",
     "dp_newton_minibatch",
+    "dp_newton_minibatch_step",
     "dp_precond_gd",
     "eigenvalue_floor",
     "precond_noise",
     "dp_sgd",
+    "dp_sgd_step",
     "newton_budget",
     "online_to_batch",
     "precond_budget",

@@ -84,6 +84,7 @@ from dpjax.transforms.dp_newton import direction_sensitivity
 __all__ = [
     "DPNewtonMinibatchState",
     "dp_newton_minibatch",
+    "dp_newton_minibatch_step",
     "minibatch_min_eigenvalue",
     "minibatch_noise_multipliers",
     "sampled_grad_and_curvature",
@@ -223,6 +224,162 @@ def sampled_grad_and_curvature(
   h = (xh * c[:, None]).T @ xh
   h = 0.5 * (h + h.T)
   return g_sum / batch_size, h / curvature_batch_size
+
+
+def dp_newton_minibatch_step(
+    params: jax.Array,
+    key: jax.Array,
+    data: tuple[jax.typing.ArrayLike, jax.typing.ArrayLike],
+    min_eigenvalue: jax.typing.ArrayLike,
+    grad_noise_std: jax.typing.ArrayLike,
+    sensitivity_factor: jax.typing.ArrayLike,
+    noise_multiplier_hess: jax.typing.ArrayLike,
+    *,
+    grad_sampler: sampling.PoissonSampler,
+    curvature_sampler: sampling.PoissonSampler,
+    batch_size: float,
+    curvature_batch_size: float,
+    grad_norm_bound: float = 1.0,
+    curvature: str = "hessian",
+    modification: str = "clip",
+    exact: bool = True,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """One minibatch double-noise Newton step, with traceable lambda and noise scales.
+
+  The body of :func:`dp_newton_minibatch`'s ``update`` (which calls it, so the
+  two are the same computation bit for bit), steps 1-4 of the module
+  docstring (Ganesh et al., NeurIPS 2023, Sec. 6): split
+  ``new_key, k_sg, k_sh, k_ng, k_nd = jax.random.split(key, 5)``,
+  draw ``S_g`` and ``S_H`` from the two samplers (``k_sg``, ``k_sh``), form ``g`` and ``H_S``
+  (:func:`sampled_grad_and_curvature`), release
+  ``g~ = g + N(0, grad_noise_std^2 I)`` (sensitivity ``C / B_g``), solve
+  ``Psi_lam(H_S)^{-1} g~`` (:func:`dpjax.problem.spectral.modified_solve`) and
+  release it per unit ``||g~||`` with sensitivity ``s = sensitivity_factor``
+  and std ``s z_H``, both through :func:`dpjax.mechanisms.noise.add_gaussian`.
+  Returns the update ``-(Psi_lam(H_S)^{-1} g~ + N(0, (||g~|| s z_H)^2 I))``.
+
+  ``min_eigenvalue``, ``grad_noise_std``, ``sensitivity_factor`` and
+  ``noise_multiplier_hess`` may be Python numbers or scalar arrays, traced
+  ones included, so that one compiled program can run a grid of lambdas and
+  budgets (``jax.vmap``) or a traced number of steps
+  (``jax.lax.fori_loop``); the options after ``*`` are static. Concrete noise
+  scales are planned on the host, traced ones in the graph
+  (:func:`dpjax.mechanisms.noise.add_gaussian`).
+
+  Privacy (add/remove neighbours, module docstring): with
+  ``grad_noise_std = z_g C / B_g`` the gradient is the Poisson-subsampled
+  Gaussian mechanism of rate ``q_g`` and multiplier ``z_g``; given ``g~``,
+  the direction changes by at most ``||g~|| s`` when one example joins or
+  leaves ``S_H``, for ``s = direction_sensitivity(lam, n=B_H, ...)``
+  (:func:`dpjax.transforms.direction_sensitivity`) at the lambda used
+  (``lam_c`` for clip, :func:`minibatch_min_eigenvalue`), so it is the
+  subsampled Gaussian of rate ``q_H`` and multiplier ``z_H``. The guarantee
+  holds only for those values: the function cannot check traced ones.
+  THIS FUNCTION CHARGES NOTHING: the caller must account every step
+  (``subsampled_gaussian_rdp(q_g, z_g) + subsampled_gaussian_rdp(q_H, z_H)``,
+  both samplers' ``overflow_prob`` and the exact sampler's TV slack of
+  ``2 d`` coordinates), as :func:`dp_newton_minibatch` does with
+  :func:`dpjax.accounting.charge_rdp` (or charge ``T`` steps at once, RDP
+  composing additively).
+
+  Args:
+    params: ``w_t``, shape (d,).
+    key: a typed PRNG key, used once (pass on the returned one).
+    data: ``(x [n, d], y [n])``, all ``n`` examples (rows of norm ``<= 1``,
+      labels in {-1, +1}; rows are scaled into the ball in any case).
+    min_eigenvalue: the lambda used in ``Psi_lam`` (``lam_c`` for clip).
+    grad_noise_std: ``z_g C / B_g``, the per-coordinate std of ``g~``'s noise.
+    sensitivity_factor: ``s``, the direction's sensitivity per unit ``||g~||``.
+    noise_multiplier_hess: ``z_H``; the direction's std per unit ``||g~||``
+      is ``s z_H``.
+    grad_sampler: the Poisson sampler of ``S_g``
+      (:func:`dpjax.mechanisms.sampling.poisson_sampler`).
+    curvature_sampler: the Poisson sampler of ``S_H`` (over the same ``n``).
+    batch_size: ``B_g``, the public normaliser: ``grad_sampler``'s expected size.
+    curvature_batch_size: ``B_H``: ``curvature_sampler``'s expected size.
+    grad_norm_bound: ``C > 0``, the per-example gradient clip norm.
+    curvature: ``"hessian"`` or ``"qu"``.
+    modification: ``"clip"`` or ``"add"`` (:mod:`dpjax.problem.spectral`).
+    exact: ``False`` draws floating-point normals: NOT private (Mironov 2012).
+
+  Returns:
+    ``(updates, new_key, direction_noise_std)``: the update (add it to
+    ``params``), the key for the next step, and ``||g~|| s z_H``, the std of
+    this step's direction noise.
+
+  Raises:
+    TypeError, ValueError: a bad sampler, batch size (not its sampler's
+      expected size), ``grad_norm_bound``, ``curvature``, ``modification`` or
+      ``exact``, or ``params``/``data`` of the wrong shape; a concrete noise
+      scale that :func:`dpjax.mechanisms.noise.add_gaussian` rejects.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from dpjax import data
+    >>> from dpjax.mechanisms import sampling
+    >>> from dpjax.transforms import dp_newton_minibatch_step
+    >>> x, y = data.synthetic(0, n=1000, d=5)
+    >>> s = sampling.poisson_sampler(1000, batch_size=100)
+    >>> step = lambda lam: dp_newton_minibatch_step(
+    ...     jnp.zeros(5), jax.random.key(0), (x, y), lam, 0.02, 1 / (400 * lam**2 - lam), 1.5,
+    ...     grad_sampler=s, curvature_sampler=s, batch_size=100, curvature_batch_size=100)[0]
+    >>> jax.jit(jax.vmap(step))(jnp.array([0.02, 0.1])).shape
+    (2, 5)
+  """
+  _check_step(params, data, grad_sampler, curvature_sampler, batch_size, curvature_batch_size)
+  _validate.positive_float(grad_norm_bound, "grad_norm_bound")
+  _validate.choice(modification, "modification", spectral.MODES)
+  _common.check_flag(exact, "exact")
+  w = params
+  dt = w.dtype
+  x, y = (jnp.asarray(a) for a in data)
+  new_key, k_sg, k_sh, k_ng, k_nd = jax.random.split(key, 5)
+  grad_sample = sampling.sample(grad_sampler, k_sg)
+  curv_sample = sampling.sample(curvature_sampler, k_sh)
+  g, h = sampled_grad_and_curvature(
+      w, x.astype(dt), y.astype(dt), grad_sample, curv_sample, batch_size=batch_size,
+      curvature_batch_size=curvature_batch_size, grad_norm_bound=grad_norm_bound,
+      curvature=curvature,
+  )
+  # 1. Noisy gradient: the clipped sum (sensitivity C) + N(0, z_g^2 C^2), over B_g.
+  g_noisy = noise.add_gaussian(k_ng, g, sensitivity=grad_norm_bound / batch_size,
+                               noise_std=grad_noise_std, exact=exact)
+  # 2. Noisy direction: sensitivity ||g~|| s given g~, std z_H times it.
+  unit_dir_std = sensitivity_factor * noise_multiplier_hess  # per unit ||g~||.
+  direction = spectral.modified_solve(h, g_noisy, jnp.asarray(min_eigenvalue, dt), modification)
+  g_norm = jnp.linalg.norm(g_noisy)
+  dir_std = g_norm * jnp.asarray(unit_dir_std, dt)
+  unit = jnp.where(g_norm > 0, g_norm, 1.0)  # released per unit ||g~||: post-processing back
+  noisy_direction = g_norm * noise.add_gaussian(k_nd, direction / unit,
+                                                sensitivity=sensitivity_factor,
+                                                noise_std=unit_dir_std, exact=exact)
+  return -noisy_direction, new_key, dir_std
+
+
+def _check_step(params, data, grad_sampler, curvature_sampler, batch_size, curvature_batch_size):
+  """The static checks of :func:`dp_newton_minibatch_step` (shapes and samplers only)."""
+  for name, sampler, size_name, b in (
+      ("grad_sampler", grad_sampler, "batch_size", batch_size),
+      ("curvature_sampler", curvature_sampler, "curvature_batch_size", curvature_batch_size)):
+    if not isinstance(sampler, sampling.PoissonSampler):
+      raise TypeError(f"{name} must be a PoissonSampler from dpjax.mechanisms.sampling."
+                      f"poisson_sampler, got {type(sampler).__name__}.")
+    b = _validate.positive_float(b, size_name)
+    if not math.isclose(b, sampler.expected_size, rel_tol=1e-12):
+      raise ValueError(f"{size_name}={b!r} is not the expected size {sampler.expected_size!r} "
+                       f"of {name}: the sensitivity and the normaliser use that public size.")
+  if grad_sampler.n != curvature_sampler.n:
+    raise ValueError(f"grad_sampler has n={grad_sampler.n} but curvature_sampler "
+                     f"n={curvature_sampler.n}: both sample the same n examples.")
+  if np.ndim(params) != 1:
+    raise ValueError(f"params must be a vector (d,), got shape {np.shape(params)}.")
+  if not (isinstance(data, (tuple, list)) and len(data) == 2):
+    raise TypeError(f"data must be a pair (x [n, d], y [n]), got {type(data).__name__}.")
+  n, d = grad_sampler.n, np.shape(params)[0]
+  if np.shape(data[0]) != (n, d) or np.shape(data[1]) != (n,):
+    raise ValueError(f"data has x of shape {np.shape(data[0])} and y of shape "
+                     f"{np.shape(data[1])}; they must be ({n}, {d}) and ({n},) for the "
+                     f"samplers' n={n} and params of d={d}.")
 
 
 # ----------------------------------------------------------------------------
@@ -391,6 +548,8 @@ def dp_newton_minibatch(
   :func:`minibatch_min_eigenvalue`. Every step charges both subsampled
   Gaussian mechanisms and both truncation slacks to ``state.accountant``;
   read the spend with ``accounting.epsilon_spent(state.accountant, delta)``.
+  The step itself is :func:`dp_newton_minibatch_step`, which a caller that
+  accounts for itself can run with traced lambda and noise scales.
 
   Budget: exactly one of
 
@@ -517,7 +676,6 @@ def dp_newton_minibatch(
   slack = noise.tv_per_coordinate() if exact and not no_noise else 0.0
   noise_on = 0.0 if no_noise else 1.0
   grad_std = noise_on * z_g * grad_norm_bound / b_g  # std of g~'s noise, per coordinate.
-  unit_dir_std = noise_on * sens * z_h  # direction std per unit ||g~||.
 
   def init_fn(params: jax.Array) -> DPNewtonMinibatchState:
     params = _common.check_params(params)
@@ -552,31 +710,19 @@ def dp_newton_minibatch(
     x, y = _check_data(data, w.shape[0])
     ok = _common.gate(state.count, steps, "dp_newton_minibatch")
     dt = w.dtype
-    new_key, k_sg, k_sh, k_ng, k_nd = jax.random.split(state.key, 5)
     d = w.shape[0]
-
-    grad_sample = sampling.sample(sampler_g, k_sg)
-    curv_sample = sampling.sample(sampler_h, k_sh)
-    g, h = sampled_grad_and_curvature(
-        w, x.astype(dt), y.astype(dt), grad_sample, curv_sample, batch_size=b_g,
-        curvature_batch_size=b_h, grad_norm_bound=grad_norm_bound, curvature=curvature,
+    step, new_key, dir_std = dp_newton_minibatch_step(  # Draws the noise: charged below.
+        w, state.key, (x, y), lam, grad_std, sens, noise_on * z_h, grad_sampler=sampler_g,
+        curvature_sampler=sampler_h, batch_size=b_g, curvature_batch_size=b_h,
+        grad_norm_bound=grad_norm_bound, curvature=curvature, modification=modification,
+        exact=exact,
     )
-    # 1. Noisy gradient: the clipped sum (sensitivity C) + N(0, z_g^2 C^2), over B_g.
-    g_noisy = noise.add_gaussian(k_ng, g, sensitivity=grad_norm_bound / b_g,
-                                 noise_std=grad_std, exact=exact)
-    # 2. Noisy direction: sensitivity ||g~|| s given g~, std z_H times it.
-    direction = spectral.modified_solve(h, g_noisy, jnp.asarray(lam, dt), modification)
-    g_norm = jnp.linalg.norm(g_noisy)
-    dir_std = g_norm * jnp.asarray(unit_dir_std, dt)
-    unit = jnp.where(g_norm > 0, g_norm, 1.0)  # released per unit ||g~||: post-processing back
-    noisy_direction = g_norm * noise.add_gaussian(k_nd, direction / unit, sensitivity=sens,
-                                                  noise_std=unit_dir_std, exact=exact)
     # Both subsampled Gaussians, both samples' truncation slack and the exact
     # sampler's TV slack (2d coordinates), this step.
     acc = accounting.charge_rdp(state.accountant, rdp_step,
                                 truncation=truncation_step + 2 * d * slack)
 
-    out = jnp.where(ok, -noisy_direction, jnp.zeros_like(w))
+    out = jnp.where(ok, step, jnp.zeros_like(w))
     new_state = DPNewtonMinibatchState(
         **_common.gated(ok, state, acc),
         key=new_key,

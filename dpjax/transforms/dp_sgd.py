@@ -51,7 +51,7 @@ from dpjax.mechanisms import noise
 from dpjax.problem import minibatch
 from dpjax.mechanisms import sampling
 
-__all__ = ["DPSGDState", "dp_sgd"]
+__all__ = ["DPSGDState", "dp_sgd", "dp_sgd_step"]
 
 # 1 / L1 for the logistic loss with ||x|| <= 1 (L1 = 1/4): the reference code's hard-coded step.
 _LOGISTIC_LEARNING_RATE = 4.0
@@ -149,6 +149,111 @@ def _check_data(data: Any, *, glm: bool, loss: str | None, n: int) -> Any:
   return data
 
 
+def dp_sgd_step(
+    params: Any,
+    key: jax.Array,
+    data: Any,
+    learning_rate: jax.typing.ArrayLike,
+    noise_std: jax.typing.ArrayLike,
+    *,
+    sampler: sampling.PoissonSampler,
+    clip_norm: float = 1.0,
+    loss: str | None = "logistic",
+    loss_fn: Callable[[Any, Any], jax.Array] | None = None,
+    exact: bool = True,
+) -> tuple[Any, jax.Array]:
+  """One DP-SGD step at ``params``, with a traceable learning rate and noise std.
+
+  The body of :func:`dp_sgd`'s ``update`` (which calls it, so the two are the
+  same computation bit for bit): split ``key`` as
+  ``new_key, sample_key, noise_key = jax.random.split(key, 3)``, draw the
+  Poisson sample of ``sampler`` from ``sample_key``, clip every sampled
+  example's gradient to ``clip_norm`` ``C`` and sum
+  (:func:`dpjax.problem.minibatch.clipped_sum` with the sample's mask),
+  release the sum with :func:`dpjax.mechanisms.noise.add_gaussian`
+  (sensitivity ``C``, std ``noise_std``) from ``noise_key``, and return the
+  update ``-learning_rate (sum + noise) / (q n)``, ``q n`` the sampler's
+  public expected size (Abadi et al., CCS 2016).
+
+  ``learning_rate`` and ``noise_std`` may be Python numbers or scalar arrays,
+  traced ones included, so that one compiled program can run a grid of them
+  (``jax.vmap``) or a traced number of steps (``jax.lax.fori_loop``); the
+  options after ``*`` are static. With concrete ``noise_std = z C`` the noise
+  is planned on the host, with a traced one in the graph
+  (:func:`dpjax.mechanisms.noise.add_gaussian`).
+
+  Privacy: neighbouring datasets differ by adding or removing one example;
+  each sampled example enters the sum through ``clip(., C)``, so the sum has
+  L2 sensitivity ``C`` and the release is the Poisson-subsampled Gaussian
+  mechanism with rate ``q`` and multiplier ``z = noise_std / C``, of RDP curve
+  ``accounting.subsampled_gaussian_rdp(q, z)`` (Mironov, Talwar & Zhang 2019),
+  plus the cap's truncation slack ``sampler.overflow_prob`` and the exact
+  sampler's ``noise.tv_slack(params)``. THIS FUNCTION CHARGES NOTHING: the
+  caller must account every step, as :func:`dp_sgd` does with
+  :func:`dpjax.accounting.charge_rdp` (or charge ``T`` steps at once, RDP
+  composing additively). Multiplying by ``learning_rate`` and dividing by the
+  public ``q n`` are post-processing.
+
+  Args:
+    params: ``w_t``: a 1-D float array on the GLM path, any pytree of float
+      arrays with ``loss_fn``.
+    key: a typed PRNG key, used once (pass on the returned one).
+    data: all ``n`` examples: ``(x [n, d], y [n])`` on the GLM path, any
+      pytree with leading axis ``n`` with ``loss_fn``.
+    learning_rate: ``eta``, in units of the averaged gradient (may be traced).
+    noise_std: ``z C``, the std of the noise on the clipped sum (may be
+      traced); ``0`` adds none (NOT private).
+    sampler: the Poisson sampler (:func:`dpjax.mechanisms.sampling.poisson_sampler`)
+      over the ``n`` examples.
+    clip_norm: ``C > 0``, the per-example gradient clip norm.
+    loss: ``"logistic"`` or ``"least_squares"``, or ``None`` with ``loss_fn``.
+    loss_fn: a per-example loss ``f(params, example) -> scalar`` (with
+      ``loss=None``).
+    exact: ``False`` draws floating-point normals: NOT private (Mironov 2012).
+
+  Returns:
+    ``(updates, new_key)``: the update, shaped like ``params`` (add it to
+    ``params``), and the key for the next step.
+
+  Raises:
+    TypeError, ValueError: a bad ``sampler``, ``clip_norm``, ``loss``/``loss_fn``
+      or ``exact``, or ``data`` whose leading axis is not the sampler's ``n``;
+      a concrete ``noise_std`` that :func:`dpjax.mechanisms.noise.add_gaussian`
+      rejects.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from dpjax import data
+    >>> from dpjax.mechanisms import sampling
+    >>> from dpjax.transforms import dp_sgd_step
+    >>> x, y = data.synthetic(0, n=1000, d=5)
+    >>> sampler = sampling.poisson_sampler(1000, batch_size=100)
+    >>> run = jax.jit(jax.vmap(lambda lr: dp_sgd_step(
+    ...     jnp.zeros(5), jax.random.key(0), (x, y), lr, 1.5, sampler=sampler)[0]))
+    >>> run(jnp.array([1.0, 4.0])).shape
+    (2, 5)
+  """
+  if not isinstance(sampler, sampling.PoissonSampler):
+    raise TypeError("sampler must be a PoissonSampler from dpjax.mechanisms.sampling."
+                    f"poisson_sampler, got {type(sampler).__name__}.")
+  _validate.positive_float(clip_norm, "clip_norm")
+  loss, loss_fn = minibatch.check_loss(loss, loss_fn)
+  _common.check_flag(exact, "exact")
+  for leaf in jax.tree.leaves(data):
+    if not np.shape(leaf) or np.shape(leaf)[0] != sampler.n:
+      raise ValueError(f"every leaf of data needs leading axis n={sampler.n} (the sampler's), "
+                       f"got a leaf of shape {np.shape(leaf)}.")
+  new_key, sample_key, noise_key = jax.random.split(key, 3)
+  idx, mask = sampling.sample(sampler, sample_key)
+  batch = jax.tree.map(lambda leaf: jnp.take(leaf, idx, axis=0), data)
+  total = minibatch.clipped_sum(params, batch, bound=clip_norm, loss=loss, loss_fn=loss_fn,
+                                mask=mask)
+  noisy = noise.add_gaussian(noise_key, total, sensitivity=clip_norm, noise_std=noise_std,
+                             exact=exact)  # Where the noise is drawn: the caller charges it.
+  expected_size = sampler.expected_size  # q n: the public normaliser.
+  return jax.tree.map(lambda g: (-learning_rate / expected_size) * g, noisy), new_key
+
+
 def dp_sgd(
     *,
     n: int,
@@ -176,7 +281,9 @@ def dp_sgd(
   ``-learning_rate * (sum + noise) / (q n)`` (add it to ``params``); the
   first argument is ignored. The keys of the sample and the noise are split
   off the state key, fresh at every step
-  (``new_key, sample_key, noise_key = jax.random.split(state.key, 3)``).
+  (``new_key, sample_key, noise_key = jax.random.split(state.key, 3)``);
+  the step itself is :func:`dp_sgd_step`, which a caller that accounts for
+  itself can run with a traced learning rate and noise std.
   Every step charges the accountant the subsampled Gaussian RDP curve
   ``accounting.subsampled_gaussian_rdp(q, z)`` (computed once, on the host)
   and the cap's truncation slack ``sampler.overflow_prob``: see the module
@@ -304,18 +411,13 @@ def dp_sgd(
     if glm:
       params = _common.check_vector(params, "params", np.shape(data[0])[1])
     ok = _common.gate(state.count, steps, "dp_sgd")
-    new_key, sample_key, noise_key = jax.random.split(state.key, 3)
-    idx, mask = sampling.sample(sampler, sample_key)
-    batch = jax.tree.map(lambda leaf: jnp.take(leaf, idx, axis=0), data)
-    total = minibatch.clipped_sum(params, batch, bound=clip_norm, loss=loss, loss_fn=loss_fn,
-                                  mask=mask)
-    noisy = noise.add_gaussian(noise_key, total, sensitivity=clip_norm, noise_std=sum_std,
-                               exact=exact)  # Where the noise is drawn: charged below.
-    out = jax.tree.map(
-        lambda g: jnp.where(ok, (-learning_rate / expected_size) * g, jnp.zeros_like(g)), noisy)
+    step, new_key = dp_sgd_step(  # Draws the noise: charged below.
+        params, state.key, data, learning_rate, sum_std, sampler=sampler, clip_norm=clip_norm,
+        loss=loss, loss_fn=loss_fn, exact=exact)
+    out = jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), step)
     charged = accounting.charge_rdp(  # + the exact sampler's TV slack.
         state.accountant, rdp_step,
-        truncation=sampler.overflow_prob + (noise.tv_slack(total) if slack else 0.0))
+        truncation=sampler.overflow_prob + (noise.tv_slack(out) if slack else 0.0))
     new_state = DPSGDState(
         **_common.gated(ok, state, charged),
         key=new_key,
