@@ -104,7 +104,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 import math
 import os
 import sys
@@ -127,11 +126,8 @@ from dpjax.problem import solve  # noqa: E402  pylint: disable=g-import-not-at-t
 from dpjax.transforms.dp_newton import direction_sensitivity  # noqa: E402  pylint: disable=g-import-not-at-top
 from dpjax.transforms.dp_newton_minibatch import (  # noqa: E402  pylint: disable=g-import-not-at-top
     dp_newton_minibatch_step, minibatch_min_eigenvalue, minibatch_noise_multipliers)
-from dpjax.transforms.dp_sgd import dp_sgd_step  # noqa: E402  pylint: disable=g-import-not-at-top
-
-# The dp_sgd MODULE, for its noise calibration (the attribute dpjax.transforms.dp_sgd is the
-# function, which shadows the module).
-dp_sgd_lib = importlib.import_module("dpjax.transforms.dp_sgd")
+from dpjax.transforms.dp_sgd import (  # noqa: E402  pylint: disable=g-import-not-at-top
+    dp_sgd_noise_multiplier, dp_sgd_step)
 
 DEFAULT_DATASETS = ("synthetic", "a1a.t")
 DEFAULT_EPSILONS = (1.0, 10.0)
@@ -296,8 +292,8 @@ def run_sgd(x, y, ctx: dict[str, Any], epsilons: Sequence[float], passes: Sequen
     if steps == 0:
       continue
     # The transform's own calibration (the same code dp_sgd(epsilon=...) runs).
-    zs = [dp_sgd_lib._resolve_noise_multiplier(  # pylint: disable=protected-access
-        None, eps, delta, steps, n, sampler) for eps in epsilons]
+    zs = [dp_sgd_noise_multiplier(epsilon=eps, delta=delta, steps=steps, sampler=sampler)
+          for eps in epsilons]
     lrs = np.array([lr for _ in zs for lr in learning_rates])
     sum_std = np.array([z for z in zs for _ in learning_rates])  # z C with C = 1.
     w, t_run = _run(compiled, ctx["keys"], steps, x, y, [lrs, sum_std])

@@ -4,7 +4,8 @@ Covers the per-example clip bound (batch of one, outliers), the noise scale
 (statistical, fixed seed), GLM path == generic loss_fn path, the Poisson
 sample and its mask (masked slots contribute exactly 0, also in
 ``minibatch.clipped_sum``), the accountant (calibration target and
-dp_accounting's RDP accountant), the budget gate, utility, bad input.
+dp_accounting's RDP accountant), the public ``dp_sgd_noise_multiplier`` (the
+transform's own z; epsilon within the target), the budget gate, utility, bad input.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from conftest import Z_MAX, maybe_jit, scale_z, unit_ball_batch
 from dpjax import accounting, data
 from dpjax.mechanisms import sampling
 from dpjax.problem import glm, minibatch
-from dpjax.transforms import DPSGDState, dp_sgd, dp_sgd_step
+from dpjax.transforms import DPSGDState, dp_sgd, dp_sgd_noise_multiplier, dp_sgd_step
 
 
 def _logistic(w, example):
@@ -307,6 +308,43 @@ def test_accountant_hits_the_target_and_matches_dp_accounting():
   assert float(one.rho) == 0.0  # nothing charged as zCDP.
 
 
+def test_public_noise_multiplier_is_the_one_the_runs_used():
+  """dp_sgd_noise_multiplier on the transform's own sampler: the runs' noise std and charge."""
+  _, _, _, states = _synthetic_runs()
+  sampler = sampling.poisson_sampler(_N, batch_size=_B)
+  z = dp_sgd_noise_multiplier(epsilon=_EPS, steps=_T, sampler=sampler)  # delta: n^-2.
+  np.testing.assert_array_equal(np.asarray(states.noise_std), np.float32(z * 1.0 / _B))
+  one = jax.tree.map(lambda leaf: leaf[0], states.accountant)
+  np.testing.assert_allclose(accounting.spent_rdp(one),
+                             _T * accounting.subsampled_gaussian_rdp(_B / _N, z), rtol=1e-12)
+  spent = accounting.epsilon_spent(states.accountant, 1.0 / _N**2)
+  assert np.all(spent <= _EPS), spent
+
+
+@pytest.mark.parametrize("sampling_args, budget", [
+    (dict(sampling_rate=0.05), dict(epsilon=2.0, delta=1e-5, steps=30)),
+    # A cap whose slack (1 + e^3) 20 P(overflow) is 15% of delta (z +0.4%).
+    (dict(batch_size=40, cap=80), dict(epsilon=3.0, delta=1e-5, steps=20)),
+    (dict(batch_size=25, overflow_prob=1e-9), dict(epsilon=0.5, steps=10)),  # delta = n^-2.
+])
+def test_public_noise_multiplier_is_what_dp_sgd_uses_and_meets_the_target(sampling_args, budget):
+  n, d, clip = 1000, 3, 0.5
+  x, y = unit_ball_batch(4, n, d)
+  sampler = sampling.poisson_sampler(n, **sampling_args)
+  z = dp_sgd_noise_multiplier(sampler=sampler, **budget)
+  tx = dp_sgd(n=n, clip_norm=clip, key=0, **sampling_args, **budget)
+  w, state = jax.jit(lambda w: _run(tx, w, (x, y), budget["steps"]))(jnp.zeros(d))
+  assert bool(jnp.all(jnp.isfinite(w)))
+  # The same z, bit for bit: noise std z C / (q n) and the charged curve T rdp(q, z).
+  assert float(state.noise_std) == float(np.float32(z * clip / sampler.expected_size))
+  np.testing.assert_allclose(
+      accounting.spent_rdp(state.accountant),
+      budget["steps"] * accounting.subsampled_gaussian_rdp(sampler.sampling_rate, z), rtol=1e-12)
+  delta = budget.get("delta", 1.0 / n**2)
+  spent = accounting.epsilon_spent(state.accountant, delta)
+  assert spent <= budget["epsilon"] and spent > budget["epsilon"] * (1 - 1e-3), spent
+
+
 @pytest.mark.parametrize("z, q, steps", [(1.1, 0.01, 50), (0.6, 0.02, 100)])
 def test_given_noise_multiplier_is_accounted_like_dp_accounting(z, q, steps):
   n, delta = 1000, 1e-5
@@ -452,6 +490,36 @@ def test_bad_construction_raises(kwargs, err, match):
   kwargs = {"n": 100, "key": 0, **kwargs}
   with pytest.raises(err, match=match):
     dp_sgd(**kwargs)
+
+
+_SAMPLER = sampling.poisson_sampler(100, batch_size=10)
+
+
+@pytest.mark.parametrize("kwargs, err, match", [
+    (dict(epsilon=0.0), ValueError, "epsilon"),
+    (dict(epsilon=-1.0), ValueError, "epsilon"),
+    (dict(epsilon=float("nan")), ValueError, "epsilon"),
+    (dict(epsilon="1"), TypeError, "epsilon"),
+    (dict(steps=None), ValueError, "steps"),
+    (dict(steps=0), ValueError, "steps"),
+    (dict(steps=2.5), TypeError, "steps"),
+    (dict(delta=0.0), ValueError, "delta"),
+    (dict(delta=1.0), ValueError, "delta"),
+    (dict(sampler=None), TypeError, "sampler"),
+    (dict(sampler=(100, 0.1)), TypeError, "sampler"),
+    # A cap whose overflow slack (20% a step) leaves nothing of delta.
+    (dict(sampler=sampling.poisson_sampler(100, batch_size=10, cap=12)), ValueError,
+     "overflow_prob"),
+])
+def test_public_noise_multiplier_rejects_bad_arguments(kwargs, err, match):
+  kwargs = {"epsilon": 1.0, "delta": 1e-5, "steps": 5, "sampler": _SAMPLER, **kwargs}
+  with pytest.raises(err, match=match):
+    dp_sgd_noise_multiplier(**kwargs)
+
+
+def test_public_noise_multiplier_is_keyword_only():
+  with pytest.raises(TypeError):
+    dp_sgd_noise_multiplier(1.0, 5, _SAMPLER)  # pylint: disable=too-many-function-args
 
 
 def test_bad_update_raises():

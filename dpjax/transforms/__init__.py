@@ -28,7 +28,8 @@
   the constants of the L2-regularised logistic loss;
 * :func:`dp_sgd`: DP-SGD with Poisson subsampling, per-example clipping and
   an RDP accountant (Abadi et al. CCS 2016; Mironov 2017); :func:`dp_sgd_step` is one
-  step, with traceable learning rate and noise std, charging nothing;
+  step, with traceable learning rate and noise std, charging nothing, and
+  :func:`dp_sgd_noise_multiplier` the multiplier it calibrates from ``epsilon``;
 * :func:`tail_average`: averages the last iterates of any of them (free
   post-processing); read the result with :func:`averaged_params`.
 """
@@ -50,7 +51,7 @@ from dpjax.transforms.cubic_newton import (
 )
 from dpjax.transforms.dp_ftrl import DPFTRLState, dp_ftrl
 from dpjax.transforms.dp_gd import DPGDState, dp_gd
-from dpjax.transforms.dp_sgd import DPSGDState, dp_sgd, dp_sgd_step
+from dpjax.transforms.dp_sgd import DPSGDState, dp_sgd, dp_sgd_noise_multiplier, dp_sgd_step
 from dpjax.transforms.dp_newton import (
     CURVATURE_STRUCTURES,
     DPNewtonState,
@@ -65,9 +66,11 @@ from dpjax.transforms.dp_newton_minibatch import (
     DPNewtonMinibatchState,
     dp_newton_minibatch,
     dp_newton_minibatch_step,
+    sampled_grad_and_curvature,
+)
+from dpjax.transforms.newton_calibration import (
     minibatch_min_eigenvalue,
     minibatch_noise_multipliers,
-    sampled_grad_and_curvature,
 )
 from dpjax.transforms.online_to_batch import (
     OnlineToBatchState,
@@ -131,6 +134,7 @@ __all__ = [
     "eigenvalue_floor",
     "precond_noise",
     "dp_sgd",
+    "dp_sgd_noise_multiplier",
     "dp_sgd_step",
     "newton_budget",
     "online_to_batch",

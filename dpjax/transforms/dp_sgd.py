@@ -51,7 +51,7 @@ from dpjax.mechanisms import noise
 from dpjax.problem import minibatch
 from dpjax.mechanisms import sampling
 
-__all__ = ["DPSGDState", "dp_sgd", "dp_sgd_step"]
+__all__ = ["DPSGDState", "dp_sgd", "dp_sgd_noise_multiplier", "dp_sgd_step"]
 
 # 1 / L1 for the logistic loss with ||x|| <= 1 (L1 = 1/4): the reference code's hard-coded step.
 _LOGISTIC_LEARNING_RATE = 4.0
@@ -84,11 +84,90 @@ def _resolve_learning_rate(learning_rate: Any, loss: str | None) -> Any:
   return _common.positive_scalar(learning_rate, "learning_rate")
 
 
+def _check_sampler(sampler: Any) -> sampling.PoissonSampler:
+  if not isinstance(sampler, sampling.PoissonSampler):
+    raise TypeError("sampler must be a PoissonSampler from dpjax.mechanisms.sampling."
+                    f"poisson_sampler, got {type(sampler).__name__}.")
+  return sampler
+
+
+def dp_sgd_noise_multiplier(
+    *,
+    epsilon: float,
+    steps: int,
+    sampler: sampling.PoissonSampler,
+    delta: float | None = None,
+) -> float:
+  """The noise multiplier ``z`` that :func:`dp_sgd` calibrates from ``epsilon``.
+
+  Each DP-SGD step releases a clipped sum of L2 sensitivity ``C`` plus
+  ``N(0, (z C)^2 I)`` on the Poisson sample of rate ``q`` (Abadi et al., CCS
+  2016): the subsampled Gaussian mechanism, whose RDP curve
+  ``accounting.subsampled_gaussian_rdp(q, z)`` (Mironov, Talwar & Zhang 2019)
+  composes additively over the steps (Mironov, CSF 2017). This returns the
+  smallest ``z`` whose ``steps``-fold composition is ``(epsilon, delta)``-DP
+  by the RDP accountant, the sampler's cap slack
+  ``(1 + e^epsilon) steps overflow_prob`` paid from ``delta`` first
+  (:func:`dpjax.accounting.calibrate_noise_multiplier`; host float64,
+  memoised). :func:`dp_sgd` with ``epsilon=`` calls this function on its own
+  sampler, ``sampling.poisson_sampler(n, batch_size=..., sampling_rate=...,
+  cap=..., overflow_prob=...)`` of its arguments, and adds noise of std
+  ``z C`` to the clipped sum (``state.noise_std = z C / (q n)``); it is public
+  so that a caller can read ``z`` without building the transform.
+
+  Args:
+    epsilon: the target epsilon > 0, the total over ``steps`` steps.
+    steps: number of steps T, an int >= 1.
+    sampler: the Poisson sampler of every step
+      (:func:`dpjax.mechanisms.sampling.poisson_sampler`): its rate ``q``, its
+      ``n`` and its per-step ``overflow_prob``.
+    delta: the target delta in ``(0, 1)``; default ``1 / n^2``, as in
+      :func:`dp_sgd` (Ganesh et al., NeurIPS 2023, Sec. 6).
+
+  Returns:
+    ``z`` as a Python float.
+
+  Raises:
+    TypeError: a ``sampler`` that is not a ``PoissonSampler``, a non-numeric
+      ``epsilon`` or ``delta``, a non-integer ``steps``.
+    ValueError: ``epsilon <= 0``, ``steps`` missing (``None``) or ``< 1``,
+      ``delta`` outside ``(0, 1)``, or a target that the cap's slack or the
+      calibrated range of multipliers cannot meet.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from dpjax.mechanisms import sampling
+    >>> from dpjax.transforms import dp_sgd, dp_sgd_noise_multiplier
+    >>> sampler = sampling.poisson_sampler(2000, batch_size=200)
+    >>> z = dp_sgd_noise_multiplier(epsilon=1.0, delta=1e-6, steps=50, sampler=sampler)
+    >>> round(z, 3)
+    3.55
+    >>> tx = dp_sgd(n=2000, batch_size=200, epsilon=1.0, delta=1e-6, steps=50, key=0)
+    >>> bool(tx.init(jnp.zeros(5)).noise_std == jnp.float32(z * 1.0 / 200))  # z C / (q n)
+    True
+  """
+  sampler = _check_sampler(sampler)
+  epsilon = _validate.positive_float(epsilon, "epsilon")
+  if steps is None:
+    raise ValueError(
+        "epsilon is a total budget and needs steps=<T> to calibrate the noise multiplier "
+        "over T steps; pass steps, or pass noise_multiplier=<z> instead."
+    )
+  steps = _validate.positive_int(steps, "steps")
+  delta = 1.0 / float(sampler.n) ** 2 if delta is None else delta
+  delta = _validate.float_in_open_interval(delta, "delta", 0.0, 1.0)
+  # The cap's total-variation slack, steps * overflow_prob, is paid from delta
+  # (accounting.epsilon_spent: delta_rdp + (1 + e^eps) * truncation <= delta).
+  return float(accounting.calibrate_noise_multiplier(
+      epsilon, delta, steps=steps, sampling_rates=sampler.sampling_rate,
+      overflow_prob=sampler.overflow_prob))
+
+
 def _resolve_noise_multiplier(
-    noise_multiplier: Any, epsilon: Any, delta: Any, steps: int | None, n: int,
+    noise_multiplier: Any, epsilon: Any, delta: Any, steps: int | None,
     sampler: sampling.PoissonSampler,
 ) -> float:
-  """``z``: given, or calibrated on the host to ``(epsilon, delta)`` over ``steps`` steps."""
+  """``z``: given, or :func:`dp_sgd_noise_multiplier` of ``(epsilon, delta)`` over ``steps``."""
   if (noise_multiplier is None) == (epsilon is None):
     raise ValueError(
         "pass exactly one privacy parameter: noise_multiplier=<z> (optionally with steps to "
@@ -103,19 +182,7 @@ def _resolve_noise_multiplier(
           "instead."
       )
     return _validate.positive_float(noise_multiplier, "noise_multiplier")
-  epsilon = _validate.positive_float(epsilon, "epsilon")
-  if steps is None:
-    raise ValueError(
-        "epsilon is a total budget and needs steps=<T> to calibrate the noise multiplier "
-        "over T steps; pass steps, or pass noise_multiplier=<z> instead."
-    )
-  delta = 1.0 / float(n) ** 2 if delta is None else delta
-  delta = _validate.float_in_open_interval(delta, "delta", 0.0, 1.0)
-  # The cap's total-variation slack, steps * overflow_prob, is paid from delta
-  # (accounting.epsilon_spent: delta_rdp + (1 + e^eps) * truncation <= delta).
-  return float(accounting.calibrate_noise_multiplier(
-      epsilon, delta, steps=steps, sampling_rates=sampler.sampling_rate,
-      overflow_prob=sampler.overflow_prob))
+  return dp_sgd_noise_multiplier(epsilon=epsilon, steps=steps, sampler=sampler, delta=delta)
 
 
 def _check_data(data: Any, *, glm: bool, loss: str | None, n: int) -> Any:
@@ -233,9 +300,7 @@ def dp_sgd_step(
     >>> run(jnp.array([1.0, 4.0])).shape
     (2, 5)
   """
-  if not isinstance(sampler, sampling.PoissonSampler):
-    raise TypeError("sampler must be a PoissonSampler from dpjax.mechanisms.sampling."
-                    f"poisson_sampler, got {type(sampler).__name__}.")
+  _check_sampler(sampler)
   _validate.positive_float(clip_norm, "clip_norm")
   loss, loss_fn = minibatch.check_loss(loss, loss_fn)
   _common.check_flag(exact, "exact")
@@ -298,7 +363,7 @@ def dp_sgd(
   horizon), or ``epsilon`` with ``steps`` (``delta`` defaults to ``n^-2``,
   as in Ganesh et al. 2023, Sec. 6): then ``z`` is the smallest multiplier whose ``steps``-fold RDP
   composition is ``(epsilon, delta)``-DP
-  (:func:`dpjax.accounting.calibrate_noise_multiplier`), with the cap's slack
+  (:func:`dp_sgd_noise_multiplier`, public), with the cap's slack
   ``(1 + e^epsilon) steps overflow_prob`` taken off delta first. With
   ``steps`` the transform refuses step ``steps + 1``: eagerly it raises
   ``ValueError``; under ``jit``/``vmap``/``scan`` it returns zeros, charges
@@ -378,7 +443,7 @@ def dp_sgd(
   slack = exact and not no_noise
   sampler = sampling.poisson_sampler(
       n, sampling_rate=sampling_rate, batch_size=batch_size, cap=cap, overflow_prob=overflow_prob)
-  z = _resolve_noise_multiplier(noise_multiplier, epsilon, delta, steps, n, sampler)
+  z = _resolve_noise_multiplier(noise_multiplier, epsilon, delta, steps, sampler)
   key = _common.canonical_key(key)  # After every host check: making a key runs JAX.
 
   # The one place the DP-SGD noise and its charge are derived.

@@ -9,6 +9,11 @@ eigenvalue modification (:func:`direction_sensitivity`), the trace's
 (:func:`dpjax.transforms.dp_newton`,
 :func:`dpjax.transforms.dp_newton_minibatch`) take their noise scales from
 here; the stds come from :func:`dpjax.accounting.gaussian_sigma`.
+
+The minibatch variant (Sec. 6, Fig. 4 of the same paper) has its lambda
+(:func:`minibatch_min_eigenvalue`) and its two subsampled Gaussians'
+multipliers (:func:`minibatch_noise_multipliers`, on the RDP accountant)
+here too.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import numpy as np
 
 from dpjax import _common
 from dpjax import _validate
+from dpjax import accounting
+from dpjax.mechanisms import sampling
 from dpjax.problem import _neighbouring
 from dpjax.problem import per_example
 from dpjax.problem import spectral
@@ -31,6 +38,8 @@ __all__ = [
     "NewtonBudget",
     "adaptive_min_eigenvalue",
     "direction_sensitivity",
+    "minibatch_min_eigenvalue",
+    "minibatch_noise_multipliers",
     "newton_budget",
     "trace_sensitivity",
 ]
@@ -40,6 +49,7 @@ CURVATURE_STRUCTURES = ("rank_one", "general")
 
 # The adaptive floor is FLOOR_FACTOR * L1 / n (= 1/n for logistic regression,
 # the value of the authors' Jul-2023 reference code); any factor > 1 keeps clip valid.
+# The minibatch clip floor is FLOOR_FACTOR * L1 / B_H (= 1/B_H for L1 = 1/4, the same code's).
 _FLOOR_FACTOR = 4.0
 
 
@@ -265,7 +275,7 @@ def adaptive_min_eigenvalue(
     n: number of examples.
     rho_direction: the direction budget of this step, > 0.
     trace_coeff: ``c > 0``.
-    floor: the smallest lambda returned, > 0 (``4 L1 / n`` in :func:`dp_newton`).
+    floor: the smallest lambda returned, > 0 (``4 L1 / n`` in :func:`dpjax.transforms.dp_newton`).
 
   Returns:
     lambda: a Python float for a Python ``noisy_trace``, else an array.
@@ -291,5 +301,172 @@ def adaptive_min_eigenvalue(
 
 
 # ----------------------------------------------------------------------------
-# The transform.
+# The minibatch variant (Ganesh et al. 2023, Sec. 6): lambda and multipliers.
 # ----------------------------------------------------------------------------
+
+
+def minibatch_min_eigenvalue(
+    min_eigenvalue: float,
+    *,
+    curvature_batch_size: int,
+    curvature_norm_bound: float = 0.25,
+    modification: str,
+) -> float:
+  """The lambda the minibatch method uses (as in the reference code).
+
+  add: ``lam`` itself. clip: ``lam_c = max(lam, 4 L1 / B_H)``, the reference
+  code's floor (``1 / B_H`` for ``L1 = 1/4``); the paper's clip sensitivity
+  ``(L1/B_H) / (lam (lam - L1/B_H))`` needs ``lam > L1 / B_H``, and the floor
+  keeps it at most ``1 / (3 lam_c)``.
+
+  Args:
+    min_eigenvalue: the requested ``lam > 0``.
+    curvature_batch_size: expected curvature sample size ``B_H >= 1``.
+    curvature_norm_bound: L1, the bound on each example's SOI operator norm.
+    modification: ``"clip"`` or ``"add"``.
+
+  Returns:
+    The lambda used, a Python float.
+
+  Examples:
+    >>> from dpjax.transforms import minibatch_min_eigenvalue
+    >>> minibatch_min_eigenvalue(1e-3, curvature_batch_size=100, modification="clip")
+    0.01
+    >>> minibatch_min_eigenvalue(1e-3, curvature_batch_size=100, modification="add")
+    0.001
+  """
+  lam = _validate.positive_float(min_eigenvalue, "min_eigenvalue")
+  b_h = _validate.positive_int(curvature_batch_size, "curvature_batch_size")
+  bound = _validate.positive_float(curvature_norm_bound, "curvature_norm_bound")
+  _validate.choice(modification, "modification", spectral.MODES)
+  if modification == "clip":
+    return max(lam, _FLOOR_FACTOR * bound / b_h)
+  return lam
+
+
+def _check_budget_args(noise_multiplier_grad, noise_multiplier_hess, epsilon, delta, steps):
+  """The budget form :func:`dpjax.transforms.dp_newton_minibatch` got: True for multipliers."""
+  by_noise = noise_multiplier_grad is not None or noise_multiplier_hess is not None
+  by_eps = epsilon is not None or delta is not None
+  if by_noise and by_eps:
+    raise ValueError(
+        "pass exactly one budget form: noise_multiplier_grad= and noise_multiplier_hess= "
+        "(optionally with steps=), or epsilon=, delta= and steps= (the multipliers are then "
+        "calibrated); got both."
+    )
+  if not by_noise and not by_eps:
+    raise ValueError(
+        "no privacy budget given: pass epsilon=, delta= and steps= (the noise multipliers are "
+        "calibrated to them), or noise_multiplier_grad= and noise_multiplier_hess=."
+    )
+  if by_noise and (noise_multiplier_grad is None or noise_multiplier_hess is None):
+    raise ValueError(
+        "pass both noise_multiplier_grad= and noise_multiplier_hess= (the gradient and the "
+        "direction are two subsampled Gaussian mechanisms), or epsilon=, delta=, steps=."
+    )
+  if by_eps and (epsilon is None or delta is None or steps is None):
+    raise ValueError(
+        "epsilon= needs delta= and steps= too (the multipliers are calibrated so that "
+        f"steps steps spend epsilon at delta); got epsilon={epsilon!r}, delta={delta!r}, "
+        f"steps={steps!r}."
+    )
+  return by_noise
+
+
+def _calibrate(epsilon, delta, steps, q_g, q_h, truncation_step, noise_ratio_hess):
+  """``(z_g, z_H)`` spending ``epsilon`` at ``delta`` after ``steps`` steps.
+
+  The privacy argument is :mod:`dpjax.transforms.dp_newton_minibatch`'s docstring.
+  """
+  epsilon = _validate.positive_float(epsilon, "epsilon")
+  delta = _validate.float_in_open_interval(delta, "delta", 0.0, 1.0)
+  ratio = _validate.positive_float(noise_ratio_hess, "noise_ratio_hess")
+  slack = (1.0 + math.exp(min(epsilon, 700.0))) * steps * truncation_step
+  delta_rdp = delta - slack
+  if not delta_rdp > 0.5 * delta:
+    raise ValueError(
+        f"the sampling caps' overflow slack (1 + e^epsilon) * steps * (p_g + p_H) = {slack:.3g} "
+        f"uses more than half of delta={delta:g}; pass a smaller overflow_prob or larger "
+        "grad_cap / curvature_cap."
+    )
+  z_g = float(accounting.calibrate_noise_multiplier(
+      epsilon, delta_rdp, steps=steps, sampling_rates=(q_g, q_h), multiplier_ratios=(1.0, ratio),
+  ))
+  return z_g, ratio * z_g
+
+
+def _overflow_target(overflow_prob, epsilon, delta, steps):
+  """The default caps' overflow target with an (epsilon, delta) budget.
+
+  At most ``overflow_prob`` and at most ``1e-3 delta / (2 (1 + e^epsilon) steps)``,
+  so that the truncation slack takes at most 0.1% of delta (it matters at a
+  large epsilon: ``e^10 = 2.2e4``). Explicit caps are used as given.
+  """
+  overflow_prob = _validate.float_in_open_interval(overflow_prob, "overflow_prob", 0.0, 1.0)
+  epsilon = _validate.positive_float(epsilon, "epsilon")
+  delta = _validate.float_in_open_interval(delta, "delta", 0.0, 1.0)
+  share = 1e-3 * delta / (2.0 * (1.0 + math.exp(min(epsilon, 700.0))) * steps)
+  return min(overflow_prob, share)
+
+
+def _samplers(n, b_g, b_h, grad_cap, curvature_cap, overflow_prob):
+  """The two Poisson samplers (validated caps)."""
+  overflow_prob = _validate.float_in_open_interval(overflow_prob, "overflow_prob", 0.0, 1.0)
+  caps = []
+  for name, cap in (("grad_cap", grad_cap), ("curvature_cap", curvature_cap)):
+    caps.append(None if cap is None else _validate.positive_int(cap, name))
+  sampler_g = sampling.poisson_sampler(n, batch_size=b_g, cap=caps[0], overflow_prob=overflow_prob)
+  sampler_h = sampling.poisson_sampler(n, batch_size=b_h, cap=caps[1], overflow_prob=overflow_prob)
+  return sampler_g, sampler_h
+
+
+def _check_sizes(n, batch_size, curvature_batch_size):
+  n = _validate.positive_int(n, "n")
+  b_g = _validate.positive_int(batch_size, "batch_size")
+  b_h = _validate.positive_int(curvature_batch_size, "curvature_batch_size")
+  for name, b in (("batch_size", b_g), ("curvature_batch_size", b_h)):
+    if b > n:
+      raise ValueError(
+          f"{name}={b} exceeds n={n}: it is the expected Poisson sample size q n with a "
+          f"sampling rate q <= 1; pass {name} <= {n}."
+      )
+  return n, b_g, b_h
+
+
+def minibatch_noise_multipliers(
+    *,
+    n: int,
+    batch_size: int,
+    curvature_batch_size: int,
+    epsilon: float,
+    delta: float,
+    steps: int,
+    noise_ratio_hess: float = 1.0,
+    grad_cap: int | None = None,
+    curvature_cap: int | None = None,
+    overflow_prob: float = 1e-15,
+) -> tuple[float, float]:
+  """The multipliers ``(z_g, z_H)`` that :func:`dpjax.transforms.dp_newton_minibatch` calibrates.
+
+  ``z_g = z``, ``z_H = noise_ratio_hess * z`` with the smallest ``z`` such
+  that ``steps`` steps, each a Poisson-subsampled Gaussian at rate
+  ``B_g / n`` (multiplier ``z_g``) and one at rate ``B_H / n`` (``z_H``),
+  are ``(epsilon, delta - (1 + e^epsilon) steps (p_g + p_H))``-DP by the RDP
+  accountant, ``p`` being the samplers' overflow probabilities
+  (:func:`dpjax.accounting.calibrate_noise_multiplier`). The transform runs
+  this same code; it is public so that a caller can read the multipliers.
+
+  Examples:
+    >>> from dpjax.transforms import minibatch_noise_multipliers
+    >>> z_g, z_h = minibatch_noise_multipliers(n=10_000, batch_size=1000,
+    ...     curvature_batch_size=1000, epsilon=1.0, delta=1e-8, steps=10)
+    >>> z_g == z_h, 1 < z_g < 10
+    (True, True)
+  """
+  n, b_g, b_h = _check_sizes(n, batch_size, curvature_batch_size)
+  steps = _validate.positive_int(steps, "steps")
+  overflow_prob = _overflow_target(overflow_prob, epsilon, delta, steps)
+  sampler_g, sampler_h = _samplers(n, b_g, b_h, grad_cap, curvature_cap, overflow_prob)
+  truncation_step = float(sampler_g.overflow_prob) + float(sampler_h.overflow_prob)
+  return _calibrate(epsilon, delta, steps, float(sampler_g.sampling_rate),
+                    float(sampler_h.sampling_rate), truncation_step, noise_ratio_hess)
